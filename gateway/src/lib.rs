@@ -1,0 +1,4 @@
+//! hookgate: a webhook delivery gateway. See `ARCHITECTURE.md` for the map of this crate.
+
+pub mod clock;
+pub mod model;

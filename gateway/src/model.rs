@@ -1,0 +1,445 @@
+//! Plain domain data shared by every module: timestamps, events, deliveries, attempts,
+//! outcomes and endpoint states. No I/O, no clock, no SQL, no HTTP shapes.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// A point in time: milliseconds since the Unix epoch, UTC.
+///
+/// Every time inside the gateway is one of these, handed in by the [`crate::clock::Clock`]
+/// (real or simulated), so pure code never reads a clock itself.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    pub const EPOCH: Timestamp = Timestamp(0);
+
+    pub const fn from_millis(ms: i64) -> Self {
+        Timestamp(ms)
+    }
+
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    pub fn as_unix_seconds(self) -> i64 {
+        self.0.div_euclid(1000)
+    }
+
+    /// `self + d`, saturating instead of overflowing.
+    pub fn plus(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_add(duration_millis(d)))
+    }
+
+    /// `self - d`, saturating instead of overflowing.
+    pub fn minus(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_sub(duration_millis(d)))
+    }
+
+    /// The time from `earlier` to `self`; zero when `earlier` is later.
+    pub fn since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0).max(0) as u64)
+    }
+
+    /// RFC 3339 in UTC with millisecond precision, e.g. `2026-11-29T19:49:05.123Z`.
+    pub fn to_rfc3339(self) -> String {
+        match chrono::DateTime::from_timestamp_millis(self.0) {
+            Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            None => format!("@{}ms", self.0),
+        }
+    }
+
+    pub fn parse_rfc3339(s: &str) -> Result<Self, chrono::ParseError> {
+        let t = chrono::DateTime::parse_from_rfc3339(s)?;
+        Ok(Timestamp(t.timestamp_millis()))
+    }
+
+    pub fn to_system_time(self) -> std::time::SystemTime {
+        if self.0 >= 0 {
+            std::time::UNIX_EPOCH + Duration::from_millis(self.0 as u64)
+        } else {
+            std::time::UNIX_EPOCH - Duration::from_millis(self.0.unsigned_abs())
+        }
+    }
+
+    pub fn from_system_time(t: std::time::SystemTime) -> Self {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timestamp(duration_millis(d)),
+            Err(e) => Timestamp(-duration_millis(e.duration())),
+        }
+    }
+}
+
+fn duration_millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_rfc3339())
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Timestamp::parse_rfc3339(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An event as the gateway stores it. `id` is unique per topic; `webhook-id` is this id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub id: String,
+    pub topic: String,
+    pub event_type: String,
+    pub content_type: String,
+    pub payload: Bytes,
+    pub ordering_key: Option<String>,
+    pub received_at: Timestamp,
+}
+
+/// A delivery's place in its life. The names are part of the API contract (SPEC §11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Waiting for its next attempt (or its first).
+    Pending,
+    /// An attempt is running. Only ever seen while the gateway runs; a restart treats it as
+    /// pending again.
+    Delivering,
+    Succeeded,
+    /// The policy gave up, the endpoint was paused/disabled/removed, or the failure was permanent.
+    Failed,
+    /// Like failed, for an endpoint with `dead_letter: true`: kept for redrive.
+    Dead,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivering => "delivering",
+            DeliveryStatus::Succeeded => "succeeded",
+            DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Dead => "dead",
+        }
+    }
+
+    /// True once nothing more will happen to the delivery by itself.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            DeliveryStatus::Succeeded | DeliveryStatus::Failed | DeliveryStatus::Dead
+        )
+    }
+}
+
+impl FromStr for DeliveryStatus {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "pending" => DeliveryStatus::Pending,
+            "delivering" => DeliveryStatus::Delivering,
+            "succeeded" => DeliveryStatus::Succeeded,
+            "failed" => DeliveryStatus::Failed,
+            "dead" => DeliveryStatus::Dead,
+            _ => return Err(UnknownName(s.to_owned())),
+        })
+    }
+}
+
+/// Why an attempt (or a delivery without an attempt) failed. Names are API contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    Timeout,
+    Connect,
+    Tls,
+    Dns,
+    HttpStatus,
+    Redirect,
+    BlockedAddress,
+    PluginError,
+    EndpointPaused,
+    EndpointRemoved,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connect => "connect",
+            ErrorKind::Tls => "tls",
+            ErrorKind::Dns => "dns",
+            ErrorKind::HttpStatus => "http_status",
+            ErrorKind::Redirect => "redirect",
+            ErrorKind::BlockedAddress => "blocked_address",
+            ErrorKind::PluginError => "plugin_error",
+            ErrorKind::EndpointPaused => "endpoint_paused",
+            ErrorKind::EndpointRemoved => "endpoint_removed",
+        }
+    }
+}
+
+impl FromStr for ErrorKind {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "timeout" => ErrorKind::Timeout,
+            "connect" => ErrorKind::Connect,
+            "tls" => ErrorKind::Tls,
+            "dns" => ErrorKind::Dns,
+            "http_status" => ErrorKind::HttpStatus,
+            "redirect" => ErrorKind::Redirect,
+            "blocked_address" => ErrorKind::BlockedAddress,
+            "plugin_error" => ErrorKind::PluginError,
+            "endpoint_paused" => ErrorKind::EndpointPaused,
+            "endpoint_removed" => ErrorKind::EndpointRemoved,
+            _ => return Err(UnknownName(s.to_owned())),
+        })
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the receiver asked for in `Retry-After`, already turned into an absolute time.
+pub type RetryAfter = Timestamp;
+
+/// The result of one HTTP attempt, as the policy and health machine see it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A 2xx within the timeout.
+    Delivered { status: u16 },
+    /// Anything else. `status` is set for `HttpStatus` and `Redirect`; `retry_after` only
+    /// when a 429 or 5xx carried a parseable `Retry-After`.
+    Failed {
+        kind: ErrorKind,
+        status: Option<u16>,
+        retry_after: Option<RetryAfter>,
+        detail: String,
+    },
+}
+
+impl Outcome {
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Delivered { .. })
+    }
+
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Outcome::Delivered { status } => Some(*status),
+            Outcome::Failed { status, .. } => *status,
+        }
+    }
+
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        match self {
+            Outcome::Delivered { .. } => None,
+            Outcome::Failed { kind, .. } => Some(*kind),
+        }
+    }
+
+    /// A 410 Gone: the receiver says it wants no more events.
+    pub fn is_gone(&self) -> bool {
+        self.status_code() == Some(410) && !self.is_success()
+    }
+}
+
+/// One recorded attempt of a delivery.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    /// 1 for the first attempt (of the current round: redeliver starts a fresh counter).
+    pub n: u32,
+    pub started_at: Timestamp,
+    pub duration_ms: u64,
+    pub status_code: Option<u16>,
+    pub error_kind: Option<ErrorKind>,
+    pub error: Option<String>,
+}
+
+impl Attempt {
+    pub fn from_outcome(n: u32, started_at: Timestamp, duration_ms: u64, outcome: &Outcome) -> Self {
+        let error = match outcome {
+            Outcome::Delivered { .. } => None,
+            Outcome::Failed { detail, .. } => Some(detail.clone()),
+        };
+        Attempt {
+            n,
+            started_at,
+            duration_ms,
+            status_code: outcome.status_code(),
+            error_kind: outcome.error_kind(),
+            error,
+        }
+    }
+}
+
+/// An endpoint's health state (SPEC §5). Names are API contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointState {
+    #[default]
+    Active,
+    Degraded,
+    Paused,
+    Disabled,
+}
+
+impl EndpointState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointState::Active => "active",
+            EndpointState::Degraded => "degraded",
+            EndpointState::Paused => "paused",
+            EndpointState::Disabled => "disabled",
+        }
+    }
+
+    /// Paused and disabled endpoints get no deliveries at all.
+    pub fn receives_events(self) -> bool {
+        matches!(self, EndpointState::Active | EndpointState::Degraded)
+    }
+}
+
+impl FromStr for EndpointState {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "active" => EndpointState::Active,
+            "degraded" => EndpointState::Degraded,
+            "paused" => EndpointState::Paused,
+            "disabled" => EndpointState::Disabled,
+            _ => return Err(UnknownName(s.to_owned())),
+        })
+    }
+}
+
+impl fmt::Display for EndpointState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An endpoint's use of a plugin, as the YAML says it:
+/// `transform: { plugin: cloudevents, config: { source: shop } }`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PluginBinding {
+    /// The plugin's name: its file name without `.wasm`, with `_` folded to `-`.
+    pub plugin: String,
+    /// The plugin-specific config. Scalars are kept as their text (`500`, `true`, `shop`);
+    /// lists and maps as their JSON text, so a plugin can parse what it needs.
+    pub config: std::collections::BTreeMap<String, String>,
+}
+
+impl PluginBinding {
+    /// Plugin names compare with `-` and `_` counting as the same (SPEC §11).
+    pub fn normalize_name(name: &str) -> String {
+        name.trim_end_matches(".wasm").replace('_', "-")
+    }
+}
+
+/// A name that is not one of an enum's contract names.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown name `{0}`")]
+pub struct UnknownName(pub String);
+
+/// A secret string (endpoint signing secret, API key): never printed, never serialized.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    /// The secret itself. Call sites are few and deliberate: signing and API-key comparison.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamp_round_trips_through_rfc3339() {
+        let t = Timestamp::from_millis(1_614_265_330_123);
+        assert_eq!(t.to_rfc3339(), "2021-02-25T15:02:10.123Z");
+        assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()).unwrap(), t);
+        assert_eq!(
+            Timestamp::parse_rfc3339("2021-02-25T16:02:10.123+01:00").unwrap(),
+            t
+        );
+    }
+
+    #[test]
+    fn timestamp_arithmetic_saturates_and_never_goes_negative_in_since() {
+        let t = Timestamp::from_millis(10_000);
+        assert_eq!(t.plus(Duration::from_secs(5)).as_millis(), 15_000);
+        assert_eq!(t.since(t.plus(Duration::from_secs(1))), Duration::ZERO);
+        assert_eq!(
+            Timestamp::from_millis(i64::MAX)
+                .plus(Duration::from_secs(1))
+                .as_millis(),
+            i64::MAX
+        );
+    }
+
+    #[test]
+    fn contract_names_parse_back() {
+        for s in ["pending", "delivering", "succeeded", "failed", "dead"] {
+            assert_eq!(s.parse::<DeliveryStatus>().unwrap().as_str(), s);
+        }
+        for s in ["active", "degraded", "paused", "disabled"] {
+            assert_eq!(s.parse::<EndpointState>().unwrap().as_str(), s);
+        }
+        for s in [
+            "timeout",
+            "connect",
+            "tls",
+            "dns",
+            "http_status",
+            "redirect",
+            "blocked_address",
+            "plugin_error",
+            "endpoint_paused",
+            "endpoint_removed",
+        ] {
+            assert_eq!(s.parse::<ErrorKind>().unwrap().as_str(), s);
+        }
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let s = Secret::new("whsec_abc");
+        assert_eq!(format!("{s:?}"), "Secret(***)");
+    }
+}
