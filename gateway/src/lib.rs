@@ -1,4 +1,5 @@
 //! hookgate: a webhook delivery gateway. See `ARCHITECTURE.md` for the map of this crate.
 
 pub mod clock;
+pub mod delivery;
 pub mod model;
