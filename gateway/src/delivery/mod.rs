@@ -11,14 +11,23 @@
 //!
 //! Name resolution goes through the [`Resolve`] trait so that tests never query real DNS.
 
+mod client;
+pub mod connector;
+mod resolve;
 mod retry_after;
 pub mod signing;
 pub mod ssrf;
 
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+pub use client::{
+    BODY_EXCERPT_BYTES, OutgoingRequest, POOL_IDLE_TIMEOUT, SendResult, Sender, SenderOptions, validate_url,
+};
+pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use retry_after::{RETRY_AFTER_CAP, parse_retry_after};
 
 use crate::model::ErrorKind;
