@@ -119,4 +119,24 @@ mod tests {
             Some(early.plus(RETRY_AFTER_CAP))
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_and_stays_within_now_and_the_cap(
+            value in proptest::string::string_regex("(?s).{0,64}").unwrap(),
+            now_ms in proptest::num::i64::ANY,
+        ) {
+            let now = Timestamp::from_millis(now_ms);
+            if let Some(at) = parse_retry_after(&value, now) {
+                proptest::prop_assert!(at >= now);
+                proptest::prop_assert!(at <= now.plus(RETRY_AFTER_CAP));
+            }
+        }
+
+        #[test]
+        fn any_digit_string_is_accepted(digits in "[0-9]{1,40}") {
+            let at = parse_retry_after(&digits, NOW);
+            proptest::prop_assert!(at.is_some());
+        }
+    }
 }

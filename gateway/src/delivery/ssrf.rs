@@ -310,4 +310,24 @@ mod tests {
         assert_eq!(e("2606:4700::1111"), None);
         assert_eq!(e("2001:0:4136:e378:8000:63bf:3fff:fdd2"), None);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn embedded_forms_are_judged_exactly_like_their_ipv4_address(bits in proptest::num::u32::ANY) {
+            let v4 = Ipv4Addr::from(bits);
+            let want = blocked_reason(IpAddr::V4(v4));
+            let [a, b, c, d] = v4.octets();
+            let hi = u16::from_be_bytes([a, b]);
+            let lo = u16::from_be_bytes([c, d]);
+            let forms = [
+                v4.to_ipv6_mapped(),
+                Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, hi, lo),
+                Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, hi, lo),
+                Ipv6Addr::new(0x2002, hi, lo, 0x1234, 0, 0, 0, 1),
+            ];
+            for form in forms {
+                proptest::prop_assert_eq!(blocked_reason(IpAddr::V6(form)), want, "{}", form);
+            }
+        }
+    }
 }
