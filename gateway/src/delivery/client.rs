@@ -1,0 +1,520 @@
+//! [`Sender`]: one attempt of one delivery over a pooled keep-alive client.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, HOST, LOCATION, RETRY_AFTER, TE, TRANSFER_ENCODING, UPGRADE, USER_AGENT,
+};
+use http::uri::Scheme;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use ipnet::IpNet;
+
+use super::connector::{GuardedConnector, SharedAllowList};
+use super::{DeliveryError, Resolve, SystemResolver, describe_io, parse_retry_after};
+use crate::model::{ErrorKind, Outcome, Timestamp};
+
+/// How much of a failed response's body is kept for the attempt's error text.
+pub const BODY_EXCERPT_BYTES: usize = 200;
+
+/// Idle pooled connections are closed after this long: under the 60 s idle timeout of common
+/// load balancers and servers, so the gateway closes first and rarely writes into a
+/// connection the receiver is tearing down.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(55);
+
+/// Longest timeout honoured for one attempt; larger values are clamped (keeps the deadline
+/// arithmetic far from overflow).
+const MAX_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Headers that describe one connection rather than the message. hyper writes its own
+/// `Host`, `Content-Length` and framing; a caller's copies would contradict them (and are
+/// illegal over HTTP/2).
+const CONNECTION_LEVEL_HEADERS: [HeaderName; 8] = [
+    HOST,
+    CONTENT_LENGTH,
+    TRANSFER_ENCODING,
+    CONNECTION,
+    UPGRADE,
+    TE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];
+
+type HttpClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
+
+/// How the one shared HTTP client behaves.
+#[derive(Clone, Debug)]
+pub struct SenderOptions {
+    /// CIDRs exempt from the private-address block (`delivery.allow_networks`).
+    pub allow_networks: Vec<IpNet>,
+    /// Idle keep-alive connections kept per host.
+    pub max_idle_per_host: usize,
+    /// Sent as `User-Agent` unless the request carries its own, e.g. `hookgate/0.1`.
+    pub user_agent: String,
+    /// At most this much of a response body is read (and discarded) so the connection can be
+    /// reused; a longer body closes the connection instead.
+    pub max_response_body_bytes: usize,
+}
+
+/// One attempt's request. `headers` go out as given (see [`Sender::send`]); the method is
+/// always `POST`.
+pub struct OutgoingRequest {
+    pub url: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Whole-request timeout, real time.
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for OutgoingRequest {
+    /// Header values may carry credentials (an endpoint's custom `Authorization`), so only
+    /// their names are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutgoingRequest")
+            .field("url", &self.url)
+            .field("header_names", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_len", &self.body.len())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// What one attempt came to, and how long it took in real time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SendResult {
+    pub outcome: Outcome,
+    pub duration: Duration,
+}
+
+/// Sends attempts. Cheap to clone: every clone shares one pooled keep-alive client, one TLS
+/// configuration and one allow list.
+#[derive(Clone)]
+pub struct Sender {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Swapped for a fresh pool when the allow list loses networks (see
+    /// [`Sender::set_allow_networks`]).
+    client: ArcSwap<HttpClient>,
+    connector: HttpsConnector<GuardedConnector>,
+    allow: SharedAllowList,
+    max_idle_per_host: usize,
+    user_agent: HeaderValue,
+    max_response_body_bytes: usize,
+}
+
+impl fmt::Debug for Sender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender")
+            .field("allow_networks", &**self.inner.allow.load())
+            .field("max_idle_per_host", &self.inner.max_idle_per_host)
+            .field("user_agent", &self.inner.user_agent)
+            .field("max_response_body_bytes", &self.inner.max_response_body_bytes)
+            .finish()
+    }
+}
+
+impl Sender {
+    /// A sender resolving names with the operating system's resolver.
+    pub fn new(opts: SenderOptions) -> Result<Sender, DeliveryError> {
+        Sender::with_resolver(opts, Arc::new(SystemResolver))
+    }
+
+    /// A sender resolving names with `resolver` (tests answer without touching DNS).
+    pub fn with_resolver(opts: SenderOptions, resolver: Arc<dyn Resolve>) -> Result<Sender, DeliveryError> {
+        let user_agent =
+            HeaderValue::from_str(&opts.user_agent).map_err(|_| DeliveryError::InvalidUserAgent)?;
+        let allow: SharedAllowList = Arc::new(ArcSwap::from_pointee(opts.allow_networks));
+        // Mozilla's roots via webpki-roots: the same trust everywhere the gateway runs, not
+        // whatever the host's store happens to hold.
+        let connector = HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(GuardedConnector::new(resolver, allow.clone()));
+        let client = build_client(&connector, opts.max_idle_per_host);
+        Ok(Sender {
+            inner: Arc::new(Inner {
+                client: ArcSwap::from_pointee(client),
+                connector,
+                allow,
+                max_idle_per_host: opts.max_idle_per_host,
+                user_agent,
+                max_response_body_bytes: opts.max_response_body_bytes,
+            }),
+        })
+    }
+
+    /// Replaces the allow list (config hot reload). New connections are judged against it at
+    /// once. When a network is *removed*, the pool is also replaced, because an idle
+    /// keep-alive connection was judged under the old list and would otherwise keep reaching
+    /// a now-forbidden address; attempts already running finish on their connection.
+    pub fn set_allow_networks(&self, nets: Vec<IpNet>) {
+        let old = self.inner.allow.swap(Arc::new(nets));
+        let new = self.inner.allow.load();
+        let revoked = old
+            .iter()
+            .any(|old_net| !new.iter().any(|new_net| new_net.contains(old_net)));
+        if revoked {
+            self.inner.client.store(Arc::new(build_client(
+                &self.inner.connector,
+                self.inner.max_idle_per_host,
+            )));
+        }
+    }
+
+    /// The allow list in force.
+    pub fn allow_networks(&self) -> Vec<IpNet> {
+        self.inner.allow.load().as_ref().clone()
+    }
+
+    /// One attempt: `POST url` with `body` and exactly the caller's `headers`, plus
+    /// `User-Agent` (unless given), `Host` and `Content-Length`; connection-level headers the
+    /// caller passes (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, …) are
+    /// dropped because hyper owns them. Never follows redirects.
+    ///
+    /// The timeout covers connect, TLS, sending, the response head and reading the body, in
+    /// real time. Once a response head is in, the status decides the outcome even if the
+    /// body is still trickling when time runs out: a receiver that answered 2xx in time has
+    /// the event (SPEC §3), and the unread rest only costs the connection.
+    ///
+    /// `now` (the gateway clock, maybe simulated) is only used to turn `Retry-After` into an
+    /// absolute time.
+    ///
+    /// Outcome mapping: 2xx → `Delivered`; 3xx → `Failed{Redirect}`; any other status →
+    /// `Failed{HttpStatus}` with `retry_after` for 429 and 5xx; timeout → `Timeout`; DNS
+    /// failure → `Dns`; refused/reset/unreachable → `Connect`; TLS handshake or certificate →
+    /// `Tls`; SSRF refusal or a non-http(s) URL → `BlockedAddress`. `detail` is short text
+    /// for people: never a header, never a secret.
+    pub async fn send(&self, req: OutgoingRequest, now: Timestamp) -> SendResult {
+        let started = Instant::now();
+        let timeout = req.timeout.min(MAX_ATTEMPT_TIMEOUT);
+        let deadline = tokio::time::Instant::from_std(started) + timeout;
+        let outcome = self.attempt(req, now, timeout, deadline).await;
+        SendResult {
+            outcome,
+            duration: started.elapsed(),
+        }
+    }
+
+    async fn attempt(
+        &self,
+        req: OutgoingRequest,
+        now: Timestamp,
+        timeout: Duration,
+        deadline: tokio::time::Instant,
+    ) -> Outcome {
+        if let Err(e) = validate_url(&req.url) {
+            let kind = e.kind().unwrap_or(ErrorKind::BlockedAddress);
+            return failed(kind, None, None, e.to_string());
+        }
+        let request = self.build_request(req);
+        let client = self.inner.client.load_full();
+        let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
+            Err(_) => {
+                return failed(
+                    ErrorKind::Timeout,
+                    None,
+                    None,
+                    format!("no response within {} ms", timeout.as_millis()),
+                );
+            }
+            Ok(Err(e)) => {
+                let (kind, detail) = classify_client_error(&e);
+                return failed(kind, None, None, detail);
+            }
+            Ok(Ok(response)) => response,
+        };
+        let (head, body) = response.into_parts();
+        let excerpt = drain_body(body, self.inner.max_response_body_bytes, deadline).await;
+        outcome_of_response(head.status, &head.headers, &excerpt, now)
+    }
+
+    fn build_request(&self, req: OutgoingRequest) -> Request<Full<Bytes>> {
+        let mut headers = req.headers;
+        for name in &CONNECTION_LEVEL_HEADERS {
+            headers.remove(name);
+        }
+        if !headers.contains_key(USER_AGENT) {
+            headers.insert(USER_AGENT, self.inner.user_agent.clone());
+        }
+        let mut request = Request::new(Full::new(req.body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = req.url;
+        *request.headers_mut() = headers;
+        request
+    }
+}
+
+fn build_client(connector: &HttpsConnector<GuardedConnector>, max_idle_per_host: usize) -> HttpClient {
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(max_idle_per_host)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector.clone())
+}
+
+/// `Ok` for an absolute `http` or `https` URL with a host: the only URLs the gateway
+/// delivers to. Configuration can call this to refuse bad endpoint URLs at load time.
+pub fn validate_url(url: &Uri) -> Result<(), DeliveryError> {
+    match url.scheme() {
+        Some(s) if *s == Scheme::HTTP || *s == Scheme::HTTPS => {}
+        other => {
+            return Err(DeliveryError::UnsupportedScheme(
+                other.map(|s| s.as_str().to_owned()).unwrap_or_default(),
+            ));
+        }
+    }
+    match url.host() {
+        Some(h) if !h.is_empty() => Ok(()),
+        _ => Err(DeliveryError::NoHost),
+    }
+}
+
+fn failed(kind: ErrorKind, status: Option<u16>, retry_after: Option<Timestamp>, detail: String) -> Outcome {
+    Outcome::Failed {
+        kind,
+        status,
+        retry_after,
+        detail,
+    }
+}
+
+/// The status decides: 2xx delivered, 3xx a redirect (never followed), anything else an HTTP
+/// failure; `Retry-After` counts only on 429 and 5xx (SPEC §3).
+fn outcome_of_response(status: StatusCode, headers: &HeaderMap, excerpt: &[u8], now: Timestamp) -> Outcome {
+    let code = status.as_u16();
+    if status.is_success() {
+        return Outcome::Delivered { status: code };
+    }
+    let status_text = match status.canonical_reason() {
+        Some(reason) => format!("HTTP {code} {reason}"),
+        None => format!("HTTP {code}"),
+    };
+    if status.is_redirection() {
+        let detail = match headers.get(LOCATION).and_then(|v| v.to_str().ok()) {
+            Some(target) => format!(
+                "{status_text}: redirect to {} not followed",
+                truncate_chars(target, BODY_EXCERPT_BYTES)
+            ),
+            None => format!("{status_text}: redirects are not followed"),
+        };
+        return failed(ErrorKind::Redirect, Some(code), None, detail);
+    }
+    let retry_after = if code == 429 || status.is_server_error() {
+        headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, now))
+    } else {
+        None
+    };
+    let text = excerpt_text(excerpt);
+    let detail = if text.is_empty() {
+        status_text
+    } else {
+        format!("{status_text}: {text}")
+    };
+    failed(ErrorKind::HttpStatus, Some(code), retry_after, detail)
+}
+
+/// Reads the body until its end, `max_bytes`, or `deadline`, whichever comes first, and
+/// returns its first [`BODY_EXCERPT_BYTES`]. Reading to the end lets the connection return to
+/// the pool; stopping early drops it, which closes it.
+async fn drain_body(mut body: Incoming, max_bytes: usize, deadline: tokio::time::Instant) -> Vec<u8> {
+    let mut excerpt = Vec::new();
+    let mut read_bytes = 0usize;
+    while read_bytes < max_bytes {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(None) | Ok(Some(Err(_))) | Err(_) => break,
+        };
+        if let Ok(data) = frame.into_data() {
+            let room = BODY_EXCERPT_BYTES.saturating_sub(excerpt.len());
+            excerpt.extend_from_slice(&data[..data.len().min(room)]);
+            read_bytes = read_bytes.saturating_add(data.len());
+        }
+    }
+    excerpt
+}
+
+/// A body excerpt fit for a one-line error text: lossy UTF-8, control characters as spaces.
+fn excerpt_text(excerpt: &[u8]) -> String {
+    let text: String = String::from_utf8_lossy(excerpt)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    text.trim().to_owned()
+}
+
+fn truncate_chars(s: &str, max_chars: usize) -> &str {
+    match s.char_indices().nth(max_chars) {
+        Some((at, _)) => &s[..at],
+        None => s,
+    }
+}
+
+/// Maps a client error to its kind. Errors from our connector carry their kind; a rustls
+/// error is `Tls`; any other failure while connecting happened after TCP was up, i.e. in the
+/// TLS handshake (`Tls`); a failure after connecting (reset, closed early, garbled response)
+/// is `Connect`.
+fn classify_client_error(err: &hyper_util::client::legacy::Error) -> (ErrorKind, String) {
+    let mut innermost: &(dyn StdError + 'static) = err;
+    let mut current: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(ours) = e.downcast_ref::<DeliveryError>()
+            && let Some(kind) = ours.kind()
+        {
+            return (kind, ours.to_string());
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return (ErrorKind::Tls, format!("TLS handshake failed: {tls}"));
+        }
+        innermost = e;
+        // An io::Error's `source()` skips the error it wraps; `get_ref()` does not.
+        current = match e.downcast_ref::<io::Error>() {
+            Some(io_err) => io_err.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+            None => e.source(),
+        };
+    }
+    let cause = match innermost.downcast_ref::<io::Error>() {
+        Some(io_err) => describe_io(io_err),
+        None => innermost.to_string(),
+    };
+    if err.is_connect() {
+        (ErrorKind::Tls, format!("TLS handshake failed: {cause}"))
+    } else {
+        (ErrorKind::Connect, format!("request failed: {cause}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v)))
+            .collect()
+    }
+
+    #[test]
+    fn any_2xx_is_delivered() {
+        for code in [200, 201, 202, 204, 299] {
+            let status = StatusCode::from_u16(code).unwrap();
+            assert_eq!(
+                outcome_of_response(status, &HeaderMap::new(), b"", NOW),
+                Outcome::Delivered { status: code }
+            );
+        }
+    }
+
+    #[test]
+    fn a_3xx_is_a_redirect_failure_naming_its_target() {
+        let out = outcome_of_response(
+            StatusCode::FOUND,
+            &headers(&[("location", "http://elsewhere.test/x")]),
+            b"",
+            NOW,
+        );
+        let Outcome::Failed {
+            kind,
+            status,
+            retry_after,
+            detail,
+        } = out
+        else {
+            panic!("a redirect is a failure");
+        };
+        assert_eq!(kind, ErrorKind::Redirect);
+        assert_eq!(status, Some(302));
+        assert_eq!(retry_after, None);
+        assert!(detail.contains("http://elsewhere.test/x"), "{detail}");
+    }
+
+    #[test]
+    fn retry_after_counts_only_on_429_and_5xx() {
+        let h = headers(&[("retry-after", "30")]);
+        let want = Some(NOW.plus(Duration::from_secs(30)));
+        for code in [429, 500, 503, 599] {
+            let out = outcome_of_response(StatusCode::from_u16(code).unwrap(), &h, b"", NOW);
+            assert_eq!(out.error_kind(), Some(ErrorKind::HttpStatus));
+            let Outcome::Failed { retry_after, .. } = out else {
+                unreachable!()
+            };
+            assert_eq!(retry_after, want, "{code}");
+        }
+        for code in [400, 404, 410, 418] {
+            let out = outcome_of_response(StatusCode::from_u16(code).unwrap(), &h, b"", NOW);
+            let Outcome::Failed {
+                retry_after, status, ..
+            } = out
+            else {
+                unreachable!()
+            };
+            assert_eq!(retry_after, None, "{code}");
+            assert_eq!(status, Some(code));
+        }
+    }
+
+    #[test]
+    fn failure_detail_shows_status_and_a_one_line_body_excerpt() {
+        let out = outcome_of_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &HeaderMap::new(),
+            b"  down for\r\nmaintenance \xff ",
+            NOW,
+        );
+        let Outcome::Failed { detail, .. } = out else {
+            unreachable!()
+        };
+        assert_eq!(
+            detail,
+            "HTTP 503 Service Unavailable: down for  maintenance \u{fffd}"
+        );
+        let bare = outcome_of_response(StatusCode::NOT_FOUND, &HeaderMap::new(), b"", NOW);
+        let Outcome::Failed { detail, .. } = bare else {
+            unreachable!()
+        };
+        assert_eq!(detail, "HTTP 404 Not Found");
+    }
+
+    #[test]
+    fn only_absolute_http_and_https_urls_are_valid() {
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        assert!(validate_url(&uri("http://example.com/hook")).is_ok());
+        assert!(validate_url(&uri("HTTPS://example.com/hook")).is_ok());
+        for bad in [
+            "ftp://example.com/",
+            "file://localhost/etc/passwd",
+            "gopher://x/",
+            "/relative",
+        ] {
+            let err = validate_url(&uri(bad)).unwrap_err();
+            assert_eq!(err.kind(), Some(ErrorKind::BlockedAddress), "{bad}");
+        }
+    }
+
+    #[test]
+    fn long_redirect_targets_are_cut_on_a_char_boundary() {
+        let long = "é".repeat(300);
+        assert_eq!(truncate_chars(&long, 200).chars().count(), 200);
+        assert_eq!(truncate_chars("short", 200), "short");
+    }
+}

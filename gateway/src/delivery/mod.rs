@@ -1,0 +1,101 @@
+//! Outgoing HTTP: one attempt of one delivery (SPEC §3).
+//!
+//! - [`Sender`] owns one pooled keep-alive client (hyper + rustls) and sends one attempt:
+//!   a whole-request timeout in real time, redirects never followed, the response mapped to an
+//!   [`Outcome`](crate::model::Outcome).
+//! - [`connector`] is the SSRF guard on the wire: it resolves a host once, judges every
+//!   address with [`ssrf::check`], and connects only to an address it judged, so a DNS answer
+//!   that changes between check and connect (rebinding) cannot reach a blocked address.
+//! - [`signing`] produces the Standard Webhooks headers; [`parse_retry_after`] turns a
+//!   receiver's `Retry-After` into an absolute, capped time.
+//!
+//! Name resolution goes through the [`Resolve`] trait so that tests never query real DNS.
+
+mod client;
+pub mod connector;
+mod resolve;
+mod retry_after;
+pub mod signing;
+pub mod ssrf;
+
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+pub use client::{
+    BODY_EXCERPT_BYTES, OutgoingRequest, POOL_IDLE_TIMEOUT, SendResult, Sender, SenderOptions, validate_url,
+};
+pub use resolve::{Resolve, ResolveFuture, SystemResolver};
+pub use retry_after::{RETRY_AFTER_CAP, parse_retry_after};
+
+use crate::model::ErrorKind;
+
+/// Everything that can go wrong in this module. The connector's variants carry the attempt's
+/// [`ErrorKind`] (see [`DeliveryError::kind`]); their text is safe to record on an attempt: it
+/// names hosts and addresses, never headers, bodies or secrets.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The TLS client configuration could not be built.
+    #[error("TLS client configuration: {0}")]
+    TlsConfig(#[from] rustls::Error),
+    /// `SenderOptions::user_agent` is not a valid header value.
+    #[error("user agent is not a valid header value")]
+    InvalidUserAgent,
+    /// A signing secret is unusable; the text says why without repeating the secret.
+    #[error("invalid signing secret: {0}")]
+    InvalidSecret(&'static str),
+    /// Only `http` and `https` URLs are delivered to.
+    #[error("unsupported URL scheme `{0}` (only http and https)")]
+    UnsupportedScheme(String),
+    /// The URL names no host to connect to.
+    #[error("URL has no host")]
+    NoHost,
+    /// Name resolution failed.
+    #[error("DNS lookup of {host} failed: {source}")]
+    Dns { host: String, source: io::Error },
+    /// Name resolution succeeded with an empty answer.
+    #[error("DNS lookup of {host} returned no address")]
+    NoAddress { host: String },
+    /// Every address the host resolved to is refused by the SSRF guard.
+    #[error("blocked address {addr}: {reason}")]
+    BlockedAddress { addr: IpAddr, reason: &'static str },
+    /// No TCP connection could be made to any allowed address (the last failure is shown).
+    #[error("connect to {addr}: {}", describe_io(source))]
+    Connect { addr: SocketAddr, source: io::Error },
+}
+
+impl DeliveryError {
+    /// The attempt error kind this error stands for, when it is an attempt's failure
+    /// rather than a setup mistake.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            DeliveryError::TlsConfig(_)
+            | DeliveryError::InvalidUserAgent
+            | DeliveryError::InvalidSecret(_) => None,
+            DeliveryError::UnsupportedScheme(_) | DeliveryError::BlockedAddress { .. } => {
+                Some(ErrorKind::BlockedAddress)
+            }
+            DeliveryError::NoHost | DeliveryError::Dns { .. } | DeliveryError::NoAddress { .. } => {
+                Some(ErrorKind::Dns)
+            }
+            DeliveryError::Connect { .. } => Some(ErrorKind::Connect),
+        }
+    }
+}
+
+/// Short, stable words for the socket errors an operator sees most, instead of the OS text
+/// with its error number.
+pub(crate) fn describe_io(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+        io::ErrorKind::ConnectionReset => "connection reset".to_owned(),
+        io::ErrorKind::ConnectionAborted => "connection aborted".to_owned(),
+        io::ErrorKind::HostUnreachable => "host unreachable".to_owned(),
+        io::ErrorKind::NetworkUnreachable => "network unreachable".to_owned(),
+        io::ErrorKind::TimedOut => "connect timed out".to_owned(),
+        io::ErrorKind::AddrNotAvailable => "address not available".to_owned(),
+        _ => e.to_string(),
+    }
+}
