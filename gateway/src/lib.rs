@@ -4,3 +4,4 @@ pub mod clock;
 pub mod delivery;
 pub mod health;
 pub mod model;
+pub mod plugins;

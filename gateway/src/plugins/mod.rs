@@ -1,0 +1,511 @@
+//! WebAssembly plugins: transforms, signers and backoff functions that users drop into a
+//! folder (SPEC §7, §11 "Plugins"; the contract is `wit/plugin.wit`).
+//!
+//! A [`PluginHost`] owns one wasmtime `Engine` (epoch interruption driven by a ticker thread,
+//! the pooling allocator where the address space allows), a compilation cache on disk, and a
+//! registry of loaded plugins that [`PluginHost::watch`] keeps in step with the folder. Every
+//! call runs in a fresh `Store` holding only that call's binding config and keys, under a CPU
+//! deadline, a memory cap and an output cap; any failure fails only that call, as a
+//! [`PluginFailure`] whose [`FailureDetail`] the attempt log records under `plugin_error`.
+
+mod bindings;
+mod call;
+mod check;
+mod host;
+mod limits;
+mod registry;
+mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use serde::Serialize;
+
+pub use check::{CheckReport, check_file};
+pub use host::crypto::{BadSecret, SigningKey};
+
+use crate::model::{PluginBinding, Secret, Timestamp};
+use call::{CallError, CallInput, CallOutput};
+use registry::{Compiler, Loaded, PluginMap};
+
+/// The limits every plugin call runs under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginLimits {
+    /// CPU time one call may use (instantiation included), enforced with epoch ticks of
+    /// 2 ms: a call is stopped within a tick of its deadline and fails with `timeout`.
+    pub call_timeout: Duration,
+    /// Linear memory one call may grow to, all of the component's memories together.
+    pub memory_bytes: usize,
+    /// Bytes one call may answer: header names and values plus body (or a drop / give-up
+    /// reason).
+    pub output_bytes: usize,
+    /// `log` lines one call may write; more are counted and dropped.
+    pub log_lines_per_call: u32,
+    /// Plugin calls that may run at once across the host; more wait their turn. Also sizes
+    /// the pooling allocator.
+    pub max_concurrent_calls: u32,
+    /// The longest wait a backoff plugin may ask for; longer answers are clamped to it. The
+    /// retry policy's own limits (attempt count, deadline) still apply after this.
+    pub max_backoff_delay: Duration,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        PluginLimits {
+            call_timeout: Duration::from_millis(100),
+            memory_bytes: 32 << 20,
+            output_bytes: 1 << 20,
+            log_lines_per_call: 20,
+            max_concurrent_calls: 64,
+            max_backoff_delay: Duration::from_secs(72 * 3600),
+        }
+    }
+}
+
+/// The three kinds of plugin, one per WIT world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum World {
+    Transformer,
+    Signer,
+    Backoff,
+}
+
+impl World {
+    /// The WIT world's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            World::Transformer => "transformer",
+            World::Signer => "signer",
+            World::Backoff => "backoff",
+        }
+    }
+}
+
+impl fmt::Display for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A loaded plugin, as the API and CLI show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LoadedInfo {
+    pub name: String,
+    pub world: World,
+    /// SHA-256 of the `.wasm` file, hex.
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub loaded_at: Timestamp,
+}
+
+/// The event a transform sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventInfo {
+    pub id: String,
+    pub topic: String,
+    pub event_type: String,
+    pub received_at_ms: u64,
+}
+
+/// One attempt's request, before it is sent, for a transform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransformInput {
+    pub endpoint_name: String,
+    pub endpoint_url: String,
+    pub event: EventInfo,
+    pub delivery_id: String,
+    pub attempt: u32,
+    pub now_ms: u64,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Bytes,
+}
+
+/// What a transform decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TransformResult {
+    /// Send these headers and body instead.
+    Forward {
+        headers: Vec<(String, Vec<u8>)>,
+        body: Bytes,
+    },
+    /// Send nothing: the delivery succeeds with reason `dropped_by_plugin`.
+    Drop { reason: String },
+}
+
+/// One attempt's final request, for a signer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignInput {
+    pub endpoint_name: String,
+    pub endpoint_url: String,
+    pub delivery_id: String,
+    pub attempt: u32,
+    pub now_ms: u64,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Bytes,
+    /// The endpoint's secrets, newest first. Host-side only: the plugin gets handles and asks
+    /// the host for HMACs (SPEC §11 says how a secret becomes key bytes).
+    pub secrets: Vec<Secret>,
+}
+
+/// What a backoff plugin is told about a failed attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackoffInput {
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub last_status: Option<u16>,
+    pub last_error_kind: Option<String>,
+    pub retry_after_ms: Option<u64>,
+    pub elapsed_ms: u64,
+    pub now_ms: u64,
+    /// The wait chosen before the failed attempt, if any (decorrelated jitter grows from it).
+    pub previous_delay_ms: Option<u64>,
+    /// The random number handed to the plugin for jitter; `None` draws one. Tests pass a fixed
+    /// value to make a plugin's answer reproducible.
+    pub random: Option<u64>,
+}
+
+/// A backoff plugin's answer, after the host's clamp. Maps one to one onto
+/// `policy::BackoffDecision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PluginBackoffDecision {
+    RetryIn(Duration),
+    GiveUp(String),
+}
+
+/// Why a plugin call failed. The attempt fails with error kind `plugin_error` and this detail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureDetail {
+    /// No plugin of that name is loaded (not dropped in yet, or deleted).
+    Missing,
+    /// The plugin implements another world than the binding needs.
+    WrongWorld,
+    /// The call ran past its CPU deadline.
+    Timeout,
+    /// The call tried to grow memory past its cap.
+    Memory,
+    /// The plugin trapped (panic, `unreachable`, a denied host call that aborted it, ...).
+    Trap,
+    /// The answer was larger than the output cap.
+    OutputTooLarge,
+    /// The answer had a header name or value that is not valid HTTP.
+    InvalidOutput,
+    /// A signer was bound to an endpoint without a usable secret.
+    BadSecret,
+    /// The plugin returned its own `plugin-error`.
+    Plugin,
+}
+
+impl FailureDetail {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailureDetail::Missing => "missing",
+            FailureDetail::WrongWorld => "wrong_world",
+            FailureDetail::Timeout => "timeout",
+            FailureDetail::Memory => "memory",
+            FailureDetail::Trap => "trap",
+            FailureDetail::OutputTooLarge => "output_too_large",
+            FailureDetail::InvalidOutput => "invalid_output",
+            FailureDetail::BadSecret => "bad_secret",
+            FailureDetail::Plugin => "plugin",
+        }
+    }
+}
+
+impl fmt::Display for FailureDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed plugin call: which plugin (and version), what kind of failure, and the details.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("plugin `{plugin}`{}: {detail}: {message}", version.as_ref().map(|v| format!(" ({v})")).unwrap_or_default())]
+pub struct PluginFailure {
+    pub plugin: String,
+    /// The first 12 hex digits of the plugin file's SHA-256, when a version was loaded.
+    pub version: Option<String>,
+    pub detail: FailureDetail,
+    pub message: String,
+}
+
+/// How often a [`PluginHost`] found a compiled artifact in its cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// The gateway's plugin runtime. Cheap to clone: clones share one engine and registry.
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PluginHost")
+            .field("dir", &self.inner.dir)
+            .field("loaded", &self.loaded())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    limits: PluginLimits,
+    compiler: Compiler,
+    registry: ArcSwap<PluginMap>,
+    /// Files that failed to load, by name, with the SHA-256 that failed: the same content is
+    /// not retried (nor logged again) until it changes.
+    rejected: std::sync::Mutex<HashMap<String, [u8; 32]>>,
+    calls: tokio::sync::Semaphore,
+    validations: tokio::sync::Semaphore,
+    /// Bumped after every rescan that changed the registry or rejected a file.
+    changes: tokio::sync::watch::Sender<u64>,
+    // Declared last: dropping it stops the ticker after everything compiled for it is gone.
+    engine: limits::PluginEngine,
+}
+
+impl PluginHost {
+    /// Creates the engine (epoch interruption with a ticker thread; the pooling allocator
+    /// where the address space allows, else on-demand), opens the compilation cache in
+    /// `cache_dir` (artifacts keyed by the file's SHA-256 and the engine's compatibility hash)
+    /// and loads every `*.wasm` in `dir` now. A file that fails to load is logged and skipped;
+    /// a missing `dir` is created.
+    pub fn new(dir: PathBuf, cache_dir: PathBuf, limits: PluginLimits) -> anyhow::Result<PluginHost> {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create the plugin folder {}: {e}", dir.display()))?;
+        let engine = limits::PluginEngine::new(&limits)?;
+        let compiler = Compiler::new(&engine.engine, Some(&cache_dir))?;
+        let calls = tokio::sync::Semaphore::new(limits.max_concurrent_calls.max(1) as usize);
+        let validations = tokio::sync::Semaphore::new(limits::VALIDATION_SLOTS as usize);
+        let host = PluginHost {
+            inner: Arc::new(Inner {
+                dir,
+                limits,
+                compiler,
+                registry: ArcSwap::from_pointee(PluginMap::new()),
+                rejected: std::sync::Mutex::new(HashMap::new()),
+                calls,
+                validations,
+                changes: tokio::sync::watch::channel(0).0,
+                engine,
+            }),
+        };
+        let scanning = host.clone();
+        check::block_on_side(async move { scanning.rescan().await })??;
+        Ok(host)
+    }
+
+    /// Whether the engine got the pooling allocator (else it allocates on demand).
+    pub fn uses_pooling_allocator(&self) -> bool {
+        self.inner.engine.pooling
+    }
+
+    /// The folder being served.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.inner.dir
+    }
+
+    /// Every loaded plugin, sorted by name.
+    pub fn loaded(&self) -> Vec<LoadedInfo> {
+        let map = self.inner.registry.load();
+        let mut infos: Vec<LoadedInfo> = map
+            .values()
+            .map(|l| LoadedInfo {
+                name: l.name.clone(),
+                world: l.world,
+                sha256: hex::encode(l.sha256),
+                size_bytes: l.size_bytes,
+                loaded_at: l.loaded_at,
+            })
+            .collect();
+        infos.sort_by(|a, b| a.name.cmp(&b.name));
+        infos
+    }
+
+    /// The world of plugin `name`, if loaded. Config validation uses it: binding a signer as a
+    /// transform is an error once the plugin exists (a missing one is not, SPEC §7).
+    pub fn world_of(&self, name: &str) -> Option<World> {
+        self.lookup(name).map(|l| l.world)
+    }
+
+    /// The version (first 12 hex digits of the SHA-256) of plugin `name`, if loaded; attempt
+    /// records carry it.
+    pub fn version_of(&self, name: &str) -> Option<String> {
+        self.lookup(name).map(|l| l.version.to_string())
+    }
+
+    /// How often loading found its compiled artifact in the cache since this host started.
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.inner.compiler.cache_hits.load(Ordering::Relaxed),
+            misses: self.inner.compiler.cache_misses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A receiver that changes whenever a rescan of the folder loaded, replaced, removed or
+    /// rejected a plugin (the supervisor re-validates bindings; tests wait on it).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Runs the transform bound by `binding` on an attempt's request.
+    pub async fn transform(
+        &self,
+        binding: &PluginBinding,
+        input: TransformInput,
+    ) -> Result<TransformResult, PluginFailure> {
+        let call_input = CallInput::Transform {
+            endpoint: bindings::EndpointInfo {
+                name: input.endpoint_name,
+                url: input.endpoint_url,
+            },
+            event: bindings::EventInfo {
+                id: input.event.id,
+                topic: input.event.topic,
+                event_type: input.event.event_type,
+                received_at_ms: input.event.received_at_ms,
+            },
+            delivery: bindings::DeliveryInfo {
+                id: input.delivery_id,
+                attempt: input.attempt,
+                now_ms: input.now_ms,
+            },
+            message: bindings::Message {
+                headers: input.headers,
+                body: input.body.to_vec(),
+            },
+        };
+        match self.invoke(binding, Vec::new(), call_input).await? {
+            CallOutput::Transform(result) => Ok(result),
+            other => unreachable_output(binding, other),
+        }
+    }
+
+    /// Runs the signer bound by `binding`: returns the headers to add to the request. The
+    /// secrets stay in the host; the plugin computes with key handles.
+    pub async fn sign(
+        &self,
+        binding: &PluginBinding,
+        input: SignInput,
+    ) -> Result<Vec<(String, Vec<u8>)>, PluginFailure> {
+        let mut keys = Vec::with_capacity(input.secrets.len());
+        for secret in &input.secrets {
+            keys.push(SigningKey::from_secret(secret).map_err(|e| PluginFailure {
+                plugin: PluginBinding::normalize_name(&binding.plugin),
+                version: self.version_of(&binding.plugin),
+                detail: FailureDetail::BadSecret,
+                message: e.to_string(),
+            })?);
+        }
+        let call_input = CallInput::Sign {
+            endpoint: bindings::EndpointInfo {
+                name: input.endpoint_name,
+                url: input.endpoint_url,
+            },
+            delivery: bindings::DeliveryInfo {
+                id: input.delivery_id,
+                attempt: input.attempt,
+                now_ms: input.now_ms,
+            },
+            message: bindings::Message {
+                headers: input.headers,
+                body: input.body.to_vec(),
+            },
+        };
+        match self.invoke(binding, keys, call_input).await? {
+            CallOutput::Sign(headers) => Ok(headers),
+            other => unreachable_output(binding, other),
+        }
+    }
+
+    /// Asks the backoff plugin bound by `binding` for the wait before the next attempt. The
+    /// answer is clamped to [`PluginLimits::max_backoff_delay`]; the policy applies its own
+    /// limits after this.
+    pub async fn backoff(
+        &self,
+        binding: &PluginBinding,
+        input: BackoffInput,
+    ) -> Result<PluginBackoffDecision, PluginFailure> {
+        let call_input = CallInput::Backoff(bindings::RetryContext {
+            attempt: input.attempt,
+            max_attempts: input.max_attempts,
+            last_status: input.last_status,
+            last_error_kind: input.last_error_kind,
+            retry_after_ms: input.retry_after_ms,
+            elapsed_ms: input.elapsed_ms,
+            now_ms: input.now_ms,
+            previous_delay_ms: input.previous_delay_ms,
+            random: input.random.unwrap_or_else(rand::random),
+        });
+        match self.invoke(binding, Vec::new(), call_input).await? {
+            CallOutput::Backoff(decision) => Ok(decision),
+            other => unreachable_output(binding, other),
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<Arc<Loaded>> {
+        self.inner
+            .registry
+            .load()
+            .get(&PluginBinding::normalize_name(name))
+            .cloned()
+    }
+
+    async fn invoke(
+        &self,
+        binding: &PluginBinding,
+        keys: Vec<SigningKey>,
+        input: CallInput,
+    ) -> Result<CallOutput, PluginFailure> {
+        let name = PluginBinding::normalize_name(&binding.plugin);
+        let Some(loaded) = self.lookup(&name) else {
+            return Err(PluginFailure {
+                plugin: name,
+                version: None,
+                detail: FailureDetail::Missing,
+                message: format!("no plugin `{}` is loaded from {}", binding.plugin, self.inner.dir.display()),
+            });
+        };
+        let _permit = self.inner.calls.acquire().await.map_err(|_| PluginFailure {
+            plugin: name.clone(),
+            version: Some(loaded.version.to_string()),
+            detail: FailureDetail::Trap,
+            message: "the plugin host is shutting down".to_owned(),
+        })?;
+        let started = std::time::Instant::now();
+        let config = Arc::new(binding.config.clone());
+        let result = call::run(&self.inner.engine.engine, &loaded, &self.inner.limits, config, keys, input).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.failure.detail.as_str(),
+        };
+        metrics::counter!("hookgate_plugin_calls_total", "plugin" => name, "outcome" => outcome).increment(1);
+        metrics::histogram!("hookgate_plugin_call_duration_seconds").record(started.elapsed().as_secs_f64());
+        result.map_err(|CallError { failure, .. }| failure)
+    }
+}
+
+fn unreachable_output<T>(binding: &PluginBinding, output: CallOutput) -> Result<T, PluginFailure> {
+    Err(PluginFailure {
+        plugin: binding.plugin.clone(),
+        version: None,
+        detail: FailureDetail::WrongWorld,
+        message: format!("the call answered for another world: {output:?}"),
+    })
+}
+
+/// The binding config a validation or check call runs with: empty, as a binding without
+/// config would have.
+fn empty_config() -> Arc<BTreeMap<String, String>> {
+    Arc::new(BTreeMap::new())
+}

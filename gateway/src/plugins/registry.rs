@@ -1,0 +1,222 @@
+//! Compiling, caching, validating and holding the loaded plugins.
+//!
+//! The registry is an `ArcSwap` of a name → `Arc<Loaded>` map: a reload builds the new
+//! `Loaded` off to the side and swaps the whole map, so calls already running keep the
+//! version they started with and never see a half-loaded plugin.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
+
+use super::World;
+use super::bindings;
+use super::host::CallState;
+use crate::model::{PluginBinding, Timestamp};
+
+/// One compiled, validated plugin version, ready to be instantiated once per call.
+pub(crate) struct Loaded {
+    pub(crate) name: String,
+    pub(crate) world: World,
+    pub(crate) sha256: [u8; 32],
+    /// The first 12 hex digits of the SHA-256: what logs and attempt records call the version.
+    pub(crate) version: Arc<str>,
+    pub(crate) size_bytes: u64,
+    pub(crate) loaded_at: Timestamp,
+    pub(crate) imports: Vec<String>,
+    pub(crate) compile_time: Duration,
+    pub(crate) from_cache: bool,
+    pub(crate) pre: InstancePre<CallState>,
+    pub(crate) export: ComponentExportIndex,
+}
+
+/// The export each world's plugins must have, by name.
+pub(crate) fn export_name(world: World) -> &'static str {
+    match world {
+        World::Transformer => "transform",
+        World::Signer => "sign",
+        World::Backoff => "next-delay",
+    }
+}
+
+/// Compiles components for one engine, through the on-disk compilation cache.
+pub(crate) struct Compiler {
+    engine: Engine,
+    linker: Linker<CallState>,
+    /// `<cache_dir>/<engine compatibility hash>`: artifacts of other engine builds or
+    /// settings never mix with this one's. `None` compiles without a cache.
+    artifacts_dir: Option<PathBuf>,
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) cache_misses: AtomicU64,
+}
+
+impl Compiler {
+    pub(crate) fn new(engine: &Engine, cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+        let mut linker = Linker::<CallState>::new(engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("cannot link WASI: {e:?}"))?;
+        bindings::PluginHost::add_to_linker::<CallState, wasmtime::component::HasSelf<CallState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|e| anyhow::anyhow!("cannot link the plugin imports: {e:?}"))?;
+        let artifacts_dir = match cache_dir {
+            Some(cache_dir) => {
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                engine.precompile_compatibility_hash().hash(&mut hasher);
+                let dir = cache_dir.join(format!("{:016x}", hasher.finish()));
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create the plugin cache folder {}", dir.display()))?;
+                Some(dir)
+            }
+            None => None,
+        };
+        Ok(Compiler {
+            engine: engine.clone(),
+            linker,
+            artifacts_dir,
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The cached artifact's path for a file with this SHA-256.
+    pub(crate) fn artifact_path(&self, sha256: &[u8; 32]) -> Option<PathBuf> {
+        let dir = self.artifacts_dir.as_ref()?;
+        Some(dir.join(format!("{}.cwasm", hex::encode(sha256))))
+    }
+
+    /// Compiles `bytes` (the content of plugin `name`'s file) or loads its cached artifact,
+    /// then links it: imports that the gateway does not provide make this fail, as does a
+    /// component that exports none (or more than one) of the three worlds' functions.
+    /// Instantiating and type-checking the export is [`super::PluginHost`]'s next step.
+    pub(crate) fn compile(&self, name: &str, bytes: &[u8]) -> anyhow::Result<Loaded> {
+        let sha256: [u8; 32] = Sha256::digest(bytes).into();
+        let started = Instant::now();
+        let (component, from_cache) = self.component(&sha256, bytes)?;
+        let compile_time = started.elapsed();
+
+        let worlds: Vec<World> = [World::Transformer, World::Signer, World::Backoff]
+            .into_iter()
+            .filter(|w| component.get_export_index(None, export_name(*w)).is_some())
+            .collect();
+        let world = match worlds.as_slice() {
+            [world] => *world,
+            [] => anyhow::bail!(
+                "exports none of `transform` (transformer), `sign` (signer), `next-delay` (backoff): \
+                 it does not implement a hookgate plugin world"
+            ),
+            _ => anyhow::bail!("exports the functions of more than one world: {worlds:?}"),
+        };
+        let export = component
+            .get_export_index(None, export_name(world))
+            .context("export disappeared")?;
+        let imports = component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(import, _)| import.to_owned())
+            .collect();
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| anyhow::anyhow!("cannot be linked (it imports something the gateway does not provide): {e:#}"))?;
+        let hex = hex::encode(sha256);
+        Ok(Loaded {
+            name: PluginBinding::normalize_name(name),
+            world,
+            sha256,
+            version: Arc::from(&hex[..12]),
+            size_bytes: bytes.len() as u64,
+            loaded_at: Timestamp::from_system_time(std::time::SystemTime::now()),
+            imports,
+            compile_time,
+            from_cache,
+            pre,
+            export,
+        })
+    }
+
+    /// The compiled component, from the cache when an artifact for this content and engine is
+    /// there, else compiled now and written to the cache (atomically: temp file + rename).
+    fn component(&self, sha256: &[u8; 32], bytes: &[u8]) -> anyhow::Result<(Component, bool)> {
+        let Some(artifact) = self.artifact_path(sha256) else {
+            let component = Component::new(&self.engine, bytes)
+                .map_err(|e| anyhow::anyhow!("is not a valid WebAssembly component: {e:#}"))?;
+            return Ok((component, false));
+        };
+        if artifact.exists() {
+            // SAFETY: `deserialize_file` trusts the artifact to be wasmtime's own output. The
+            // cache folder is the gateway's: every file in it was written below by
+            // `Component::serialize` for this content hash, in a folder keyed by this engine's
+            // compatibility hash; wasmtime also checks the artifact's version and settings.
+            #[allow(unsafe_code)]
+            let loaded = unsafe { Component::deserialize_file(&self.engine, &artifact) };
+            match loaded {
+                Ok(component) => {
+                    self.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("hookgate_plugin_cache_hits_total").increment(1);
+                    return Ok((component, true));
+                }
+                Err(e) => {
+                    tracing::warn!(artifact = %artifact.display(), error = %e, "discarding an unusable cached plugin artifact");
+                    let _ = std::fs::remove_file(&artifact);
+                }
+            }
+        }
+        self.cache_misses.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("hookgate_plugin_cache_misses_total").increment(1);
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| anyhow::anyhow!("is not a valid WebAssembly component: {e:#}"))?;
+        match component.serialize() {
+            Ok(serialized) => {
+                if let Err(e) = write_atomically(&artifact, &serialized) {
+                    tracing::warn!(artifact = %artifact.display(), error = %e, "cannot write the plugin compilation cache");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot serialize a compiled plugin"),
+        }
+        Ok((component, false))
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The loaded plugins by (normalized) name.
+pub(crate) type PluginMap = HashMap<String, Arc<Loaded>>;
+
+/// The `*.wasm` files of `dir` by normalized plugin name. Hidden files (editors' and copy
+/// tools' temporaries) are skipped.
+pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if file_name.starts_with('.') || path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            continue;
+        }
+        files.push((PluginBinding::normalize_name(file_name), path));
+    }
+    files.sort();
+    Ok(files)
+}

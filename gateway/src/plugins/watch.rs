@@ -1,0 +1,210 @@
+//! Keeping the registry in step with the plugin folder: rescans (at start, on every folder
+//! event) and the folder watcher.
+//!
+//! A rescan compiles and validates changed files off the hot path and swaps the whole map at
+//! once. A file that fails keeps the previous version of its plugin serving; a deleted file
+//! removes its plugin (calls then fail with `missing` until it comes back).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify_debouncer_full::notify::RecursiveMode;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::call::{self, CallError};
+use super::check::sample_input;
+use super::registry::{Loaded, plugin_files};
+use super::{PluginHost, empty_config};
+
+/// How long the watcher waits for a burst of folder events to settle before rescanning. A
+/// copy in progress produces a burst; rename-into-place produces one event.
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
+
+impl PluginHost {
+    /// Watches the plugin folder until `shutdown` is cancelled. Dropping in, replacing,
+    /// deleting or renaming a `.wasm` file into place takes effect without restart. A file that
+    /// fails to compile or validate keeps the previous version serving, logs a warning naming
+    /// the file and the reason, and counts `hookgate_plugin_reload_failures_total`.
+    pub async fn watch(&self, shutdown: CancellationToken) {
+        let (events_tx, mut events_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let debouncer = notify_debouncer_full::new_debouncer(DEBOUNCE, None, move |result| {
+            if let Err(errors) = &result {
+                tracing::warn!(?errors, "plugin folder watcher reported errors; rescanning");
+            }
+            // A full channel already holds a pending rescan, which will see this change too.
+            let _ = events_tx.try_send(());
+        });
+        let mut debouncer = match debouncer {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch the plugin folder; plugins will not hot-reload");
+                shutdown.cancelled().await;
+                return;
+            }
+        };
+        if let Err(e) = debouncer.watch(&self.inner.dir, RecursiveMode::NonRecursive) {
+            tracing::error!(dir = %self.inner.dir.display(), error = %e, "cannot watch the plugin folder; plugins will not hot-reload");
+            shutdown.cancelled().await;
+            return;
+        }
+        // Catch up with whatever changed between `new` and the watch starting.
+        self.rescan_logged().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = events_rx.recv() => match event {
+                    Some(()) => self.rescan_logged().await,
+                    None => break,
+                },
+            }
+        }
+        debouncer.stop_nonblocking();
+    }
+
+    /// Rescans the plugin folder now (the watcher does this on every change).
+    pub async fn rescan(&self) -> anyhow::Result<()> {
+        let dir = &self.inner.dir;
+        let files = plugin_files(dir)
+            .map_err(|e| anyhow::anyhow!("cannot read the plugin folder {}: {e}", dir.display()))?;
+        let current = self.inner.registry.load_full();
+        let mut next = (*current).clone();
+        let mut changed = false;
+        let mut present = HashSet::new();
+
+        for (name, path) in files {
+            if !present.insert(name.clone()) {
+                tracing::warn!(file = %path.display(), plugin = %name, "two files name the same plugin (`-` and `_` count as the same); ignoring this one");
+                continue;
+            }
+            let bytes = match tokio::fs::read(&path).await {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "cannot read a plugin file; keeping what is loaded");
+                    continue;
+                }
+            };
+            let sha256: [u8; 32] = Sha256::digest(&bytes).into();
+            if current.get(&name).is_some_and(|l| l.sha256 == sha256) {
+                continue;
+            }
+            if self.rejected_before(&name, &sha256) {
+                continue;
+            }
+            match self.load(&name, bytes).await {
+                Ok(loaded) => {
+                    tracing::info!(
+                        plugin = %name, world = %loaded.world, version = %loaded.version,
+                        compile_ms = loaded.compile_time.as_millis() as u64, from_cache = loaded.from_cache,
+                        replaced = current.contains_key(&name),
+                        "plugin loaded"
+                    );
+                    self.forget_rejection(&name);
+                    next.insert(name, Arc::new(loaded));
+                    changed = true;
+                }
+                Err(e) => {
+                    match current.get(&name) {
+                        Some(old) => tracing::warn!(
+                            file = %path.display(), plugin = %name, serving = %old.version,
+                            "plugin file rejected, the previous version keeps serving: {e:#}"
+                        ),
+                        None => tracing::warn!(
+                            file = %path.display(), plugin = %name,
+                            "plugin file rejected, the plugin is not loaded: {e:#}"
+                        ),
+                    }
+                    metrics::counter!("hookgate_plugin_reload_failures_total").increment(1);
+                    self.remember_rejection(&name, sha256);
+                    changed = true;
+                }
+            }
+        }
+        for name in current.keys() {
+            if !present.contains(name) {
+                tracing::info!(plugin = %name, "plugin file deleted; plugin unloaded");
+                next.remove(name);
+                changed = true;
+            }
+        }
+        self.inner
+            .rejected
+            .lock()
+            .expect("rejected-files lock poisoned")
+            .retain(|name, _| present.contains(name));
+        if changed {
+            self.inner.registry.store(Arc::new(next));
+            self.inner.changes.send_modify(|generation| *generation += 1);
+        }
+        Ok(())
+    }
+
+    async fn rescan_logged(&self) {
+        if let Err(e) = self.rescan().await {
+            tracing::warn!("{e:#}");
+        }
+    }
+
+    fn rejected_before(&self, name: &str, sha256: &[u8; 32]) -> bool {
+        let rejected = self.inner.rejected.lock().expect("rejected-files lock poisoned");
+        rejected.get(name) == Some(sha256)
+    }
+
+    fn remember_rejection(&self, name: &str, sha256: [u8; 32]) {
+        let mut rejected = self.inner.rejected.lock().expect("rejected-files lock poisoned");
+        rejected.insert(name.to_owned(), sha256);
+    }
+
+    fn forget_rejection(&self, name: &str) {
+        let mut rejected = self.inner.rejected.lock().expect("rejected-files lock poisoned");
+        rejected.remove(name);
+    }
+
+    /// Compiles (on the blocking pool: compiling is CPU-heavy) and validates one file.
+    async fn load(&self, name: &str, bytes: Vec<u8>) -> anyhow::Result<Loaded> {
+        let host = self.clone();
+        let file_name = name.to_owned();
+        let loaded = tokio::task::spawn_blocking(move || host.inner.compiler.compile(&file_name, &bytes))
+            .await
+            .map_err(|e| anyhow::anyhow!("compilation panicked: {e}"))??;
+        let loaded = Arc::new(loaded);
+        self.validate(&loaded).await?;
+        Ok(Arc::into_inner(loaded).expect("validation keeps no reference"))
+    }
+
+    /// Instantiates the plugin under the call limits and type-checks its export against its
+    /// world: a plugin that cannot start, or whose export has the wrong type, is rejected.
+    /// Then runs it once on a sample input; that answer is only logged, since a plugin may
+    /// legitimately refuse a sample (no config, not its kind of payload) — and the hostile
+    /// test fixtures must still load so that their calls can fail.
+    async fn validate(&self, loaded: &Arc<Loaded>) -> anyhow::Result<()> {
+        let _permit = self
+            .inner
+            .validations
+            .acquire()
+            .await
+            .map_err(|_| anyhow::anyhow!("the plugin host is shutting down"))?;
+        let (input, keys) = sample_input(loaded.world);
+        let result = call::run(
+            &self.inner.engine.engine,
+            loaded,
+            &self.inner.limits,
+            empty_config(),
+            keys,
+            input,
+        )
+        .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(CallError {
+                failure,
+                before_export: true,
+            }) => anyhow::bail!("{}: {}", failure.detail, failure.message),
+            Err(CallError { failure, .. }) => {
+                tracing::info!(plugin = %loaded.name, "plugin loaded; its call on a sample input failed ({failure})");
+                Ok(())
+            }
+        }
+    }
+}

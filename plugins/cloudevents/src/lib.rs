@@ -1,0 +1,93 @@
+//! Wraps the payload in a CloudEvents 1.0 event, structured JSON mode:
+//! `specversion`, `id` (the event id), `type` (the event type), `source` (config), `time`
+//! (when the gateway received the event), `datacontenttype` and `data` (the payload).
+//!
+//! Config: `source` — the event source URI-reference; default `/hookgate/topics/<topic>`.
+//! `subject` — optional, copied to the `subject` attribute. Other keys are ignored (and
+//! logged at debug level), so configs stay forward-compatible.
+//!
+//! A JSON payload becomes `data`; any other payload becomes `data_base64`, as the CloudEvents
+//! JSON format prescribes. The request's `Content-Type` becomes
+//! `application/cloudevents+json; charset=utf-8`; other headers are kept.
+
+wit_bindgen::generate!({ world: "transformer", path: "../../wit" });
+
+use base64::Engine as _;
+use hookgate::plugin::{config, log};
+use serde_json::{Map, Value};
+
+struct CloudEvents;
+
+const KNOWN_KEYS: &[&str] = &["source", "subject"];
+
+impl Guest for CloudEvents {
+    fn transform(
+        _endpoint: EndpointInfo,
+        event: EventInfo,
+        _delivery: DeliveryInfo,
+        message: Message,
+    ) -> Result<Outcome, PluginError> {
+        for key in config::keys() {
+            if !KNOWN_KEYS.contains(&key.as_str()) {
+                log::log(log::Level::Debug, &format!("ignoring unknown config key `{key}`"));
+            }
+        }
+        let source = config::get("source").unwrap_or_else(|| format!("/hookgate/topics/{}", event.topic));
+        let content_type = header(&message.headers, "content-type").unwrap_or_else(|| "application/json".to_owned());
+        let time = chrono::DateTime::from_timestamp_millis(event.received_at_ms as i64)
+            .ok_or_else(|| PluginError {
+                code: "bad_time".into(),
+                message: format!("received-at-ms {} is out of range", event.received_at_ms),
+            })?
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+
+        let mut ce = Map::new();
+        ce.insert("specversion".into(), "1.0".into());
+        ce.insert("id".into(), event.id.into());
+        ce.insert("type".into(), event.event_type.into());
+        ce.insert("source".into(), source.into());
+        if let Some(subject) = config::get("subject") {
+            ce.insert("subject".into(), subject.into());
+        }
+        ce.insert("time".into(), time.into());
+        ce.insert("datacontenttype".into(), content_type.clone().into());
+        match serde_json::from_slice::<Value>(&message.body) {
+            Ok(data) if is_json(&content_type) => {
+                ce.insert("data".into(), data);
+            }
+            _ => {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&message.body);
+                ce.insert("data_base64".into(), encoded.into());
+            }
+        }
+
+        let mut headers: Vec<(String, Vec<u8>)> = message
+            .headers
+            .into_iter()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case("content-type"))
+            .collect();
+        headers.push((
+            "Content-Type".into(),
+            b"application/cloudevents+json; charset=utf-8".to_vec(),
+        ));
+        let body = serde_json::to_vec(&Value::Object(ce)).map_err(|e| PluginError {
+            code: "encode".into(),
+            message: e.to_string(),
+        })?;
+        Ok(Outcome::Forward(Message { headers, body }))
+    }
+}
+
+fn header(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| String::from_utf8(v.clone()).ok())
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+export!(CloudEvents);

@@ -1,0 +1,48 @@
+//! Signs a request the way Stripe signs its webhooks:
+//! `Stripe-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
+//!
+//! While the endpoint's secret is being rotated, one `v1=` entry per key is sent (newest
+//! first), as Stripe does during its own secret rolls, so receivers holding either secret
+//! accept the request. The timestamp is the gateway's `now-ms`, never a clock read here.
+
+wit_bindgen::generate!({ world: "signer", path: "../../wit" });
+
+use hookgate::plugin::crypto::{HashAlgorithm, hmac, rotating_keys};
+
+struct StripeSignature;
+
+impl Guest for StripeSignature {
+    fn sign(
+        _endpoint: EndpointInfo,
+        delivery: DeliveryInfo,
+        message: Message,
+        key: &SigningKey,
+    ) -> Result<Headers, PluginError> {
+        let timestamp_s = delivery.now_ms / 1000;
+        let mut signed_payload = format!("{timestamp_s}.").into_bytes();
+        signed_payload.extend_from_slice(&message.body);
+
+        let mut value = format!("t={timestamp_s}");
+        for mac in std::iter::once(hmac(key, HashAlgorithm::Sha256, &signed_payload)).chain(
+            rotating_keys()
+                .iter()
+                .map(|k| hmac(k, HashAlgorithm::Sha256, &signed_payload)),
+        ) {
+            value.push_str(",v1=");
+            value.push_str(&hex(&mac));
+        }
+        Ok(vec![("Stripe-Signature".to_owned(), value.into_bytes())])
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0x0f)] as char);
+    }
+    out
+}
+
+export!(StripeSignature);
