@@ -223,10 +223,7 @@ mod tests {
 
     fn seed_example() -> Policy {
         let spec = PolicySpec {
-            sns: Some(serde_json::json!({ "healthyRetryPolicy": {
-                "minDelayTarget": 1, "maxDelayTarget": 60, "numRetries": 50,
-                "numNoDelayRetries": 3, "numMinDelayRetries": 2, "numMaxDelayRetries": 35,
-                "backoffFunction": "exponential" } })),
+            sns: Some(crate::policy::sns::seed_example_document()),
             ..PolicySpec::default()
         };
         Policy::from_spec("seed", &spec).unwrap()

@@ -181,15 +181,14 @@ impl SnsPolicy {
             let min_delay = read("numMinDelayRetries", 0);
             let max_delay = read("numMaxDelayRetries", 0);
 
-            match retry.get("backoffFunction") {
-                None => {}
-                Some(Value::String(name)) if name.parse::<BackoffFunction>().is_ok() => {
-                    policy.backoff_function = name.parse().unwrap_or_default();
+            if let Some(value) = retry.get("backoffFunction") {
+                match value.as_str().map(str::parse::<BackoffFunction>) {
+                    Some(Ok(function)) => policy.backoff_function = function,
+                    _ => reader.problem(
+                        join(&retry_path, "backoffFunction"),
+                        "must be one of linear, arithmetic, geometric, exponential",
+                    ),
                 }
-                Some(_) => reader.problem(
-                    join(&retry_path, "backoffFunction"),
-                    "must be one of linear, arithmetic, geometric, exponential",
-                ),
             }
 
             let checked = |reader: &mut Reader, key: &str, value: Option<i64>, lo: i64, hi: i64| {
@@ -233,8 +232,8 @@ impl SnsPolicy {
                 max_delay,
             ) {
                 (Some(min), Some(max), Some(n), Some(a), Some(b), Some(c)) if min <= max => {
-                    // Every value is now within u32: the counts are bounded by their sum ≤ 100
-                    // once the sum check passes; until then we only keep what we read.
+                    // Each value passed its range check; a count can still be huge when the
+                    // sum check failed, but then the document is refused anyway.
                     policy.min_delay_s = to_u32(min);
                     policy.max_delay_s = to_u32(max);
                     policy.num_retries = to_u32(n);
@@ -416,6 +415,21 @@ pub(crate) fn seconds_to_duration(seconds: f64) -> Duration {
     }
 }
 
+/// The delivery policy of the SNS documentation (seed 000), used across the policy tests:
+/// 3 no-delay, 2 at 1 s, 10 exponential 1 → 60 s, 35 at 60 s; 10/s; JSON.
+#[cfg(test)]
+pub(crate) fn seed_example_document() -> Value {
+    serde_json::json!({
+        "healthyRetryPolicy": {
+            "minDelayTarget": 1, "maxDelayTarget": 60, "numRetries": 50,
+            "numNoDelayRetries": 3, "numMinDelayRetries": 2, "numMaxDelayRetries": 35,
+            "backoffFunction": "exponential"
+        },
+        "throttlePolicy": { "maxReceivesPerSecond": 10 },
+        "requestPolicy": { "headerContentType": "application/json" }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,21 +452,9 @@ mod tests {
         json!({ "healthyRetryPolicy": fields })
     }
 
-    fn seed_example() -> Value {
-        json!({
-            "healthyRetryPolicy": {
-                "minDelayTarget": 1, "maxDelayTarget": 60, "numRetries": 50,
-                "numNoDelayRetries": 3, "numMinDelayRetries": 2, "numMaxDelayRetries": 35,
-                "backoffFunction": "exponential"
-            },
-            "throttlePolicy": { "maxReceivesPerSecond": 10 },
-            "requestPolicy": { "headerContentType": "application/json" }
-        })
-    }
-
     #[test]
     fn the_seed_example_is_read_verbatim_with_all_nine_attributes() {
-        let policy = SnsPolicy::from_document(&seed_example(), "sns", true).unwrap();
+        let policy = SnsPolicy::from_document(&seed_example_document(), "sns", true).unwrap();
         assert_eq!(
             policy,
             SnsPolicy {
@@ -473,10 +475,10 @@ mod tests {
 
     #[test]
     fn a_json_string_is_read_like_the_mapping() {
-        let text = serde_json::to_string_pretty(&seed_example()).unwrap();
+        let text = serde_json::to_string_pretty(&seed_example_document()).unwrap();
         assert_eq!(
             SnsPolicy::from_document(&Value::String(text), "sns", true),
-            SnsPolicy::from_document(&seed_example(), "sns", true)
+            SnsPolicy::from_document(&seed_example_document(), "sns", true)
         );
     }
 
@@ -502,7 +504,7 @@ mod tests {
 
     #[test]
     fn the_phases_come_in_order_no_delay_pre_backoff_backoff_post_backoff() {
-        let policy = SnsPolicy::from_document(&seed_example(), "sns", true).unwrap();
+        let policy = SnsPolicy::from_document(&seed_example_document(), "sns", true).unwrap();
         let phases: Vec<Phase> = (1..=50).map(|k| policy.retry_delay_s(k).unwrap().1).collect();
         let mut expected = vec![Phase::NoDelay; 3];
         expected.extend([Phase::PreBackoff; 2]);

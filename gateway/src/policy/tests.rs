@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use serde_json::json;
 
+use super::sns::seed_example_document;
 use super::*;
 
 fn schedule_spec(waits: &[&str]) -> PolicySpec {
@@ -19,18 +20,6 @@ fn sns_spec(document: serde_json::Value) -> PolicySpec {
         sns: Some(document),
         ..PolicySpec::default()
     }
-}
-
-fn seed_example_document() -> serde_json::Value {
-    json!({
-        "healthyRetryPolicy": {
-            "minDelayTarget": 1, "maxDelayTarget": 60, "numRetries": 50,
-            "numNoDelayRetries": 3, "numMinDelayRetries": 2, "numMaxDelayRetries": 35,
-            "backoffFunction": "exponential"
-        },
-        "throttlePolicy": { "maxReceivesPerSecond": 10 },
-        "requestPolicy": { "headerContentType": "application/json" }
-    })
 }
 
 /// The problems of a spec that must not build, as (path, message).
@@ -430,27 +419,35 @@ fn sns_http_default_is_3_retries_20_s_apart() {
     assert_eq!(waits, secs(&[0, 20, 20, 20]));
 }
 
+/// A preset's SNS shape: (no-delay, pre-backoff, backoff, post-backoff, min s, max s, total s).
+fn sns_shape(policy: &Policy) -> (u32, u32, u32, u32, u32, u32, f64) {
+    let PolicyKind::Sns(sns) = policy.kind() else {
+        panic!("{} is not an SNS policy", policy.name);
+    };
+    assert_eq!(sns.backoff_function, BackoffFunction::Exponential);
+    (
+        sns.num_no_delay_retries,
+        sns.num_min_delay_retries,
+        sns.num_backoff_retries(),
+        sns.num_max_delay_retries,
+        sns.min_delay_s,
+        sns.max_delay_s,
+        sns.total_delay_s(),
+    )
+}
+
 #[test]
 fn sns_aws_managed_is_100_015_retries_over_about_23_days() {
     let policy = Policy::preset("sns-aws-managed").unwrap();
     assert_eq!(policy.max_attempts(), 100_016);
     assert_eq!(policy.retry_on(), RetryOn::Sns);
     assert_eq!(policy.content_type(), None);
-    let PolicyKind::Sns(sns) = policy.kind() else {
-        panic!("not an SNS policy");
-    };
+    let (no_delay, pre, backoff, post, min_s, max_s, total_s) = sns_shape(&policy);
     assert_eq!(
-        (
-            sns.num_no_delay_retries,
-            sns.num_min_delay_retries,
-            sns.num_backoff_retries(),
-            sns.num_max_delay_retries
-        ),
-        (3, 2, 10, 100_000)
+        (no_delay, pre, backoff, post, min_s, max_s),
+        (3, 2, 10, 100_000, 1, 20)
     );
-    assert_eq!((sns.min_delay_s, sns.max_delay_s), (1, 20));
-    assert_eq!(sns.backoff_function, BackoffFunction::Exponential);
-    let days = sns.total_delay_s() / 86_400.0;
+    let days = total_s / 86_400.0;
     assert!((23.0..24.0).contains(&days), "{days} days");
 }
 
@@ -458,20 +455,13 @@ fn sns_aws_managed_is_100_015_retries_over_about_23_days() {
 fn sns_customer_managed_is_50_retries_over_about_6_hours() {
     let policy = Policy::preset("sns-customer-managed").unwrap();
     assert_eq!(policy.max_attempts(), 51);
-    let PolicyKind::Sns(sns) = policy.kind() else {
-        panic!("not an SNS policy");
-    };
+    assert_eq!(policy.retry_on(), RetryOn::Sns);
+    let (no_delay, pre, backoff, post, min_s, max_s, total_s) = sns_shape(&policy);
     assert_eq!(
-        (
-            sns.num_no_delay_retries,
-            sns.num_min_delay_retries,
-            sns.num_backoff_retries(),
-            sns.num_max_delay_retries
-        ),
-        (0, 2, 10, 38)
+        (no_delay, pre, backoff, post, min_s, max_s),
+        (0, 2, 10, 38, 10, 600)
     );
-    assert_eq!((sns.min_delay_s, sns.max_delay_s), (10, 600));
-    let hours = sns.total_delay_s() / 3600.0;
+    let hours = total_s / 3600.0;
     assert!((6.0..7.5).contains(&hours), "{hours} hours");
 }
 
