@@ -5,3 +5,4 @@ pub mod delivery;
 pub mod health;
 pub mod model;
 pub mod plugins;
+pub mod policy;
