@@ -115,6 +115,39 @@ pub struct Event {
     pub received_at: Timestamp,
 }
 
+/// A delivery's id: a number inside the store, `dlv_<n>` outside.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeliveryId(pub i64);
+
+impl fmt::Display for DeliveryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "dlv_{}", self.0)
+    }
+}
+
+impl fmt::Debug for DeliveryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for DeliveryId {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.strip_prefix("dlv_")
+            .and_then(|n| n.parse::<i64>().ok())
+            .filter(|n| *n > 0)
+            .map(DeliveryId)
+            .ok_or_else(|| UnknownName(s.to_owned()))
+    }
+}
+
+impl Serialize for DeliveryId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// A delivery's place in its life. The names are part of the API contract (SPEC §11).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -435,6 +468,15 @@ mod tests {
         ] {
             assert_eq!(s.parse::<ErrorKind>().unwrap().as_str(), s);
         }
+    }
+
+    #[test]
+    fn delivery_ids_print_and_parse_as_dlv_n() {
+        assert_eq!(DeliveryId(42).to_string(), "dlv_42");
+        assert_eq!("dlv_42".parse::<DeliveryId>().unwrap(), DeliveryId(42));
+        assert!("42".parse::<DeliveryId>().is_err());
+        assert!("dlv_-1".parse::<DeliveryId>().is_err());
+        assert!("dlv_x".parse::<DeliveryId>().is_err());
     }
 
     #[test]

@@ -1,0 +1,128 @@
+//! Versioned schema migrations, run at start. `PRAGMA user_version` holds the version; each
+//! migration runs in its own transaction, so a crash mid-migration leaves the previous version.
+
+use rusqlite::Connection;
+
+/// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
+/// add the next.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+    CREATE TABLE events (
+        seq           INTEGER PRIMARY KEY,
+        id            TEXT    NOT NULL,
+        topic         TEXT    NOT NULL,
+        event_type    TEXT    NOT NULL,
+        content_type  TEXT    NOT NULL,
+        payload       BLOB    NOT NULL,
+        ordering_key  TEXT,
+        received_at   INTEGER NOT NULL,
+        UNIQUE (topic, id)
+    );
+    CREATE INDEX events_by_id ON events (id);
+    CREATE INDEX events_by_topic_time ON events (topic, received_at);
+    CREATE INDEX events_by_time ON events (received_at);
+
+    CREATE TABLE deliveries (
+        id               INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_seq        INTEGER NOT NULL REFERENCES events (seq),
+        endpoint         TEXT    NOT NULL,
+        status           TEXT    NOT NULL,
+        round            INTEGER NOT NULL DEFAULT 1,
+        attempt_count    INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at  INTEGER,
+        last_error       TEXT,
+        created_at       INTEGER NOT NULL,
+        updated_at       INTEGER NOT NULL
+    );
+    CREATE INDEX deliveries_pending ON deliveries (endpoint, next_attempt_at) WHERE status = 'pending';
+    CREATE INDEX deliveries_by_endpoint ON deliveries (endpoint, id);
+    CREATE INDEX deliveries_by_status ON deliveries (status, id);
+    CREATE INDEX deliveries_by_event ON deliveries (event_seq);
+    CREATE INDEX deliveries_by_update ON deliveries (updated_at);
+
+    CREATE TABLE attempts (
+        id            INTEGER PRIMARY KEY,
+        delivery_id   INTEGER NOT NULL,
+        round         INTEGER NOT NULL,
+        n             INTEGER NOT NULL,
+        started_at    INTEGER NOT NULL,
+        duration_ms   INTEGER NOT NULL,
+        status_code   INTEGER,
+        error_kind    TEXT,
+        error         TEXT,
+        plugin_note   TEXT
+    );
+    CREATE INDEX attempts_by_delivery ON attempts (delivery_id, id);
+
+    CREATE TABLE endpoint_health (
+        endpoint              TEXT PRIMARY KEY,
+        state                 TEXT    NOT NULL,
+        consecutive_failures  INTEGER NOT NULL,
+        failing_since         INTEGER,
+        last_success_at       INTEGER,
+        changed_at            INTEGER
+    );
+
+    CREATE TABLE endpoint_history (
+        id        INTEGER PRIMARY KEY,
+        endpoint  TEXT    NOT NULL,
+        state     TEXT    NOT NULL,
+        at        INTEGER NOT NULL,
+        reason    TEXT    NOT NULL
+    );
+    CREATE INDEX endpoint_history_by_endpoint ON endpoint_history (endpoint, id);
+
+    CREATE TABLE idempotency (
+        scope         TEXT    NOT NULL,
+        key           TEXT    NOT NULL,
+        request_hash  BLOB    NOT NULL,
+        status        INTEGER NOT NULL,
+        response      BLOB    NOT NULL,
+        created_at    INTEGER NOT NULL,
+        PRIMARY KEY (scope, key)
+    );
+    CREATE INDEX idempotency_by_time ON idempotency (created_at);
+    "#,
+];
+
+pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<u32> {
+    let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let target = MIGRATIONS.len() as u32;
+    if current > target {
+        return Err(rusqlite::Error::InvalidParameterName(format!(
+            "the database has schema version {current}, newer than this gateway's {target}; \
+             upgrade the gateway"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version as u32 + 1)?;
+        tx.commit()?;
+        tracing::info!(version = version + 1, "applied schema migration");
+    }
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrating_twice_is_a_no_op_and_sets_the_version() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len() as u32);
+        assert_eq!(migrate(&mut conn).unwrap(), MIGRATIONS.len() as u32);
+        let v: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, MIGRATIONS.len() as u32);
+    }
+
+    #[test]
+    fn a_newer_database_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", 999).unwrap();
+        let err = migrate(&mut conn).unwrap_err().to_string();
+        assert!(err.contains("newer than this gateway"), "{err}");
+    }
+}

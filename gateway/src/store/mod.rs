@@ -1,0 +1,324 @@
+//! Durable state. The only module that knows SQL.
+//!
+//! The rest of the gateway talks to a [`Store`]: operations named after the domain (ingest,
+//! record an attempt, pending deliveries, replay window…), not after tables. SQLite is the
+//! embedded default ([`SqliteStore`]); the trait is what a PostgreSQL backend would implement
+//! to let several gateway nodes share one database.
+//!
+//! Durability point: every write goes through one writer thread that commits in groups
+//! (`synchronous=FULL`, WAL). A write's future resolves only after the fsync'd commit that
+//! contains it, so "202 Accepted" always means "on disk".
+
+mod migrations;
+mod sqlite;
+mod writer;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use sqlite::{SqliteOptions, SqliteStore};
+
+use crate::health::{EndpointHealth, Transition};
+use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Timestamp};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// An event with this id already exists in the topic; nothing was written.
+    #[error("event `{id}` already exists in topic `{topic}`")]
+    DuplicateEvent { topic: String, id: String },
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request cannot be applied in the delivery's or endpoint's current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The database cannot take writes right now (disk full, I/O error, shutting down).
+    /// Nothing of the failed write was kept.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Internal(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure | ErrorCode::ReadOnly) => {
+                StoreError::Unavailable(e.to_string())
+            }
+            Some(ErrorCode::CannotOpen | ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                StoreError::Unavailable(e.to_string())
+            }
+            _ => StoreError::Internal(e.to_string()),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// One event and the endpoints it fans out to (already filtered by topic, type and health).
+#[derive(Debug, Clone)]
+pub struct IngestItem {
+    pub event: Arc<Event>,
+    pub endpoints: Vec<Arc<str>>,
+}
+
+/// The stored answer of an idempotent request, replayed verbatim for a retry with the same key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// Who the key belongs to: a hash of the API key (never the key), or `anonymous`.
+    pub scope: String,
+    pub key: String,
+    /// SHA-256 of what the request meant (method, path, body); a different hash under the same
+    /// key is a client error (422).
+    pub request_hash: Vec<u8>,
+    pub status: u16,
+    pub response: Bytes,
+    pub created_at: Timestamp,
+}
+
+/// Makes a request's answer from the deliveries it created, inside the commit that creates them.
+pub type AnswerFn = Box<dyn FnOnce(&[ReadyDelivery]) -> Bytes + Send>;
+
+#[derive(Debug, Clone)]
+pub struct IngestBatch {
+    pub items: Vec<IngestItem>,
+    /// Written in the same transaction as the events, so a retried request either sees the
+    /// whole first answer or none of it.
+    pub idempotency: Option<IdempotencyRecord>,
+    pub now: Timestamp,
+}
+
+/// A delivery ready for the scheduler: what it needs to attempt it without another read.
+#[derive(Debug, Clone)]
+pub struct ReadyDelivery {
+    pub id: DeliveryId,
+    pub endpoint: Arc<str>,
+    pub event: Arc<Event>,
+    pub next_attempt_at: Timestamp,
+    /// 1 for the first round; a redeliver starts the next round with a fresh attempt counter.
+    pub round: u32,
+    pub attempts_made: u32,
+}
+
+#[derive(Debug, Clone)]
+pub enum IngestOutcome {
+    Committed(Vec<ReadyDelivery>),
+    /// The idempotency key was already used: nothing new was written; here is the first answer.
+    AlreadyDone(IdempotencyRecord),
+}
+
+/// A pending delivery as the scheduler rebuilds its queue from: no payload, so a million of
+/// them fit in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingDelivery {
+    pub id: DeliveryId,
+    pub endpoint: Arc<str>,
+    pub next_attempt_at: Timestamp,
+    pub round: u32,
+    pub attempts_made: u32,
+    pub ordering_key: Option<String>,
+    pub event_received_at: Timestamp,
+}
+
+/// A delivery with the event it carries, for an attempt of a delivery that was not ingested in
+/// this process (after a restart, or a retry whose payload was not kept in memory).
+#[derive(Debug, Clone)]
+pub struct DeliveryForAttempt {
+    pub id: DeliveryId,
+    pub endpoint: Arc<str>,
+    pub status: DeliveryStatus,
+    pub round: u32,
+    pub attempts_made: u32,
+    pub event: Arc<Event>,
+}
+
+/// The result of one attempt, written together with the health change it caused.
+#[derive(Debug, Clone)]
+pub struct AttemptWrite {
+    pub delivery: DeliveryId,
+    pub round: u32,
+    pub attempt: Attempt,
+    /// What ran on the attempt: `cloudevents@1a2b3c4d (0.3 ms)`, for the attempt log.
+    pub plugin_note: Option<String>,
+    pub status: DeliveryStatus,
+    pub next_attempt_at: Option<Timestamp>,
+    pub last_error: Option<String>,
+    pub health: Option<HealthWrite>,
+}
+
+/// A change the scheduler makes to deliveries and endpoint health. The scheduler decides in
+/// memory and streams these to the store in the order it decided them, so the database ends
+/// in the same state as memory (and a late write never overtakes an earlier one).
+#[derive(Debug, Clone)]
+pub enum StateChange {
+    /// An attempt's outcome and the delivery's new status.
+    Attempt(AttemptWrite),
+    /// An endpoint's health record and the transitions that led to it.
+    Health(HealthWrite),
+    /// Every pending delivery of an endpoint ends with `kind` (paused, disabled, removed).
+    FailPending {
+        endpoint: Arc<str>,
+        kind: ErrorKind,
+        status: DeliveryStatus,
+        now: Timestamp,
+    },
+    /// One pending delivery ends without an attempt.
+    Finish {
+        delivery: DeliveryId,
+        status: DeliveryStatus,
+        error: String,
+        now: Timestamp,
+    },
+}
+
+/// An endpoint's new health record, and the state changes that led to it (for the history).
+#[derive(Debug, Clone)]
+pub struct HealthWrite {
+    pub endpoint: Arc<str>,
+    pub health: EndpointHealth,
+    pub transitions: Vec<Transition>,
+}
+
+/// A delivery as the API shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRow {
+    pub id: DeliveryId,
+    pub event_id: String,
+    pub topic: String,
+    pub event_type: String,
+    pub endpoint: String,
+    pub status: DeliveryStatus,
+    pub round: u32,
+    pub attempt_count: u32,
+    pub next_attempt_at: Option<Timestamp>,
+    pub last_error: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRow {
+    pub round: u32,
+    pub attempt: Attempt,
+    pub plugin_note: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    pub endpoint: Option<String>,
+    pub status: Option<DeliveryStatus>,
+    pub event_id: Option<String>,
+    /// Only deliveries older than this one (the cursor of the previous page).
+    pub before: Option<DeliveryId>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryEntry {
+    pub state: crate::model::EndpointState,
+    pub at: Timestamp,
+    pub reason: String,
+}
+
+/// Which events a replay re-sends: those of `topics` received in `[since, until)` for which
+/// `matches` holds (the endpoint's type filter), oldest first.
+#[derive(Clone)]
+pub struct ReplayWindow {
+    pub topics: Vec<String>,
+    pub since: Timestamp,
+    pub until: Timestamp,
+    pub matches: Arc<dyn Fn(&Event) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for ReplayWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayWindow")
+            .field("topics", &self.topics)
+            .field("since", &self.since)
+            .field("until", &self.until)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a retention run removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub deliveries: u64,
+    pub attempts: u64,
+    pub events: u64,
+    pub idempotency_keys: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetentionCutoffs {
+    /// Final deliveries (and their attempts) last changed before this go.
+    pub deliveries_before: Timestamp,
+    /// Events received before this go, once no delivery of theirs is left.
+    pub events_before: Timestamp,
+    pub idempotency_before: Timestamp,
+    /// Rows per table per call, so that one call never holds the writer for long.
+    pub batch: u32,
+}
+
+/// The gateway's durable state, in the domain's terms.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Writes events, their deliveries and the idempotency record in one commit.
+    /// A duplicate event id fails the whole batch with [`StoreError::DuplicateEvent`].
+    async fn ingest(&self, batch: IngestBatch) -> StoreResult<IngestOutcome>;
+
+    /// Applies the scheduler's state changes in order, in one commit.
+    async fn apply(&self, changes: Vec<StateChange>) -> StoreResult<()>;
+
+    /// Starts a new round for a finished delivery: pending now, fresh attempt counter.
+    async fn restart_delivery(&self, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery>;
+
+    /// Starts a new round for every dead delivery of an endpoint (redrive).
+    async fn restart_dead(
+        &self,
+        endpoint: &str,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<ReadyDelivery>>;
+
+    /// New deliveries of existing events to one endpoint (replay). With an idempotency record,
+    /// its answer is made by `answer` from the new deliveries and written in the same commit.
+    async fn create_deliveries(
+        &self,
+        endpoint: &str,
+        events: Vec<Arc<Event>>,
+        idempotency: Option<(IdempotencyRecord, AnswerFn)>,
+        now: Timestamp,
+    ) -> StoreResult<IngestOutcome>;
+
+    /// Every pending delivery, without payloads, to rebuild the in-memory queue after a start.
+    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>>;
+
+    async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>>;
+
+    /// The first `limit` matching events of a replay window, oldest first.
+    async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>>;
+
+    async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>>;
+    async fn deliveries(&self, filter: DeliveryFilter) -> StoreResult<Vec<DeliveryRow>>;
+    async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<(DeliveryRow, Vec<AttemptRow>)>>;
+    /// How many deliveries of `endpoint` with ids in `[from, to]` are in each status.
+    async fn delivery_summary(
+        &self,
+        endpoint: &str,
+        from: DeliveryId,
+        to: DeliveryId,
+    ) -> StoreResult<Vec<(DeliveryStatus, u64)>>;
+    async fn endpoint_health(&self) -> StoreResult<Vec<(String, EndpointHealth)>>;
+    async fn endpoint_history(&self, endpoint: &str, limit: u32) -> StoreResult<Vec<HistoryEntry>>;
+    async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>>;
+
+    /// Removes data older than the retention windows, a bounded batch per call.
+    async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged>;
+
+    /// Waits until every write submitted so far is committed, then stops the writer.
+    async fn close(&self);
+}

@@ -1,0 +1,800 @@
+//! The SQLite store: WAL, `synchronous=FULL`, one writer thread with group commit, a small
+//! pool of read connections.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use tokio::sync::oneshot;
+
+use super::writer::{self, Job, JobResult, WriterHandle};
+use super::*;
+use crate::health::EndpointHealth;
+use crate::model::EndpointState;
+
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    pub path: PathBuf,
+    /// Jobs waiting for the writer before ingestion is refused with 503.
+    pub write_queue: usize,
+    /// Jobs per transaction at most.
+    pub max_batch: usize,
+    pub read_connections: usize,
+    /// `PRAGMA max_page_count`, to cap the database size (and to simulate a full disk in tests).
+    pub max_page_count: Option<u64>,
+}
+
+impl SqliteOptions {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SqliteOptions {
+            path: path.into(),
+            write_queue: 8192,
+            max_batch: 2048,
+            read_connections: 4,
+            max_page_count: None,
+        }
+    }
+}
+
+pub struct SqliteStore {
+    writer: WriterHandle,
+    readers: Arc<ReadPool>,
+}
+
+struct ReadPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    max_idle: usize,
+}
+
+impl ReadPool {
+    fn take(&self) -> StoreResult<Connection> {
+        if let Some(conn) = self.idle.lock().expect("read pool lock").pop() {
+            return Ok(conn);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(conn)
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().expect("read pool lock");
+        if idle.len() < self.max_idle {
+            idle.push(conn);
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database, runs migrations and starts the writer thread.
+    pub fn open(options: SqliteOptions) -> StoreResult<SqliteStore> {
+        if let Some(dir) = options.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot create the database folder {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+        let mut conn = open_writer_connection(&options.path)?;
+        if let Some(pages) = options.max_page_count {
+            conn.pragma_update(None, "max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))?;
+        }
+        super::migrations::migrate(&mut conn)?;
+        let writer = writer::spawn(conn, options.write_queue, options.max_batch);
+        Ok(SqliteStore {
+            writer,
+            readers: Arc::new(ReadPool {
+                path: options.path.clone(),
+                idle: Mutex::new(Vec::new()),
+                max_idle: options.read_connections.max(1),
+            }),
+        })
+    }
+
+    /// Runs `f` in a savepoint of the writer's next group; resolves after the commit.
+    async fn write<T, F>(&self, urgency: Urgency, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<StoreResult<T>>();
+        let job: Job = Box::new(move |conn| match f(conn) {
+            Ok(value) => JobResult {
+                keep: true,
+                completion: Box::new(move |committed| {
+                    let _ = tx.send(committed.map(|()| value));
+                }),
+            },
+            Err(e) => JobResult {
+                keep: false,
+                completion: Box::new(move |_| {
+                    let _ = tx.send(Err(e));
+                }),
+            },
+        });
+        match urgency {
+            Urgency::RefuseWhenFull => self.writer.try_submit(job)?,
+            Urgency::Wait => self.writer.submit(job).await?,
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the write was dropped before its commit".into(),
+            ))
+        })
+    }
+
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let pool = self.readers.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = pool.take()?;
+            let result = f(&conn);
+            pool.give_back(conn);
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("read task failed: {e}")))?
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Urgency {
+    /// Ingestion: a full queue is an immediate 503, never unbounded waiting.
+    RefuseWhenFull,
+    /// Outcomes and operator actions: wait for room (they are bounded by the work in flight).
+    Wait,
+}
+
+fn open_writer_connection(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // WAL + FULL: a commit returns only after the WAL is fsync'd; readers never block the writer.
+    conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    Ok(conn)
+}
+
+fn ts(row: &Row<'_>, idx: usize) -> rusqlite::Result<Timestamp> {
+    Ok(Timestamp::from_millis(row.get(idx)?))
+}
+
+fn opt_ts(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Timestamp>> {
+    Ok(row.get::<_, Option<i64>>(idx)?.map(Timestamp::from_millis))
+}
+
+fn parse_col<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(idx)?;
+    text.parse().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            idx,
+            rusqlite::types::Type::Text,
+            format!("bad value `{text}`").into(),
+        )
+    })
+}
+
+const EVENT_COLUMNS: &str =
+    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at";
+
+fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
+    Ok(Event {
+        id: row.get(first)?,
+        topic: row.get(first + 1)?,
+        event_type: row.get(first + 2)?,
+        content_type: row.get(first + 3)?,
+        payload: Bytes::from(row.get::<_, Vec<u8>>(first + 4)?),
+        ordering_key: row.get(first + 5)?,
+        received_at: ts(row, first + 6)?,
+    })
+}
+
+const DELIVERY_COLUMNS: &str = "d.id, e.id, e.topic, e.event_type, d.endpoint, d.status, d.round, d.attempt_count, \
+     d.next_attempt_at, d.last_error, d.created_at, d.updated_at";
+
+fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRow> {
+    Ok(DeliveryRow {
+        id: DeliveryId(row.get(0)?),
+        event_id: row.get(1)?,
+        topic: row.get(2)?,
+        event_type: row.get(3)?,
+        endpoint: row.get(4)?,
+        status: parse_col(row, 5)?,
+        round: row.get(6)?,
+        attempt_count: row.get(7)?,
+        next_attempt_at: opt_ts(row, 8)?,
+        last_error: row.get(9)?,
+        created_at: ts(row, 10)?,
+        updated_at: ts(row, 11)?,
+    })
+}
+
+fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (topic, id) DO NOTHING",
+        )?
+        .execute(params![
+            event.id,
+            event.topic,
+            event.event_type,
+            event.content_type,
+            &event.payload[..],
+            event.ordering_key,
+            event.received_at.as_millis(),
+        ])?;
+    if inserted == 0 {
+        return Err(StoreError::DuplicateEvent {
+            topic: event.topic.clone(),
+            id: event.id.clone(),
+        });
+    }
+    Ok(conn.last_insert_rowid())
+}
+
+fn insert_delivery(
+    conn: &Connection,
+    event_seq: i64,
+    endpoint: &str,
+    now: Timestamp,
+) -> StoreResult<DeliveryId> {
+    conn.prepare_cached(
+        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at)
+         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3)",
+    )?
+    .execute(params![event_seq, endpoint, now.as_millis()])?;
+    Ok(DeliveryId(conn.last_insert_rowid()))
+}
+
+fn idempotency_lookup(conn: &Connection, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT request_hash, status, response, created_at FROM idempotency WHERE scope = ?1 AND key = ?2",
+        )?
+        .query_row(params![scope, key], |row| {
+            Ok(IdempotencyRecord {
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+                request_hash: row.get(0)?,
+                status: row.get(1)?,
+                response: Bytes::from(row.get::<_, Vec<u8>>(2)?),
+                created_at: ts(row, 3)?,
+            })
+        })
+        .optional()?)
+}
+
+fn insert_idempotency(conn: &Connection, record: &IdempotencyRecord) -> StoreResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO idempotency (scope, key, request_hash, status, response, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        record.scope,
+        record.key,
+        record.request_hash,
+        record.status,
+        &record.response[..],
+        record.created_at.as_millis(),
+    ])?;
+    Ok(())
+}
+
+fn write_health(conn: &Connection, write: &HealthWrite) -> StoreResult<()> {
+    let h = &write.health;
+    conn.prepare_cached(
+        "INSERT INTO endpoint_health (endpoint, state, consecutive_failures, failing_since, last_success_at, changed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (endpoint) DO UPDATE SET state = excluded.state,
+             consecutive_failures = excluded.consecutive_failures, failing_since = excluded.failing_since,
+             last_success_at = excluded.last_success_at, changed_at = excluded.changed_at",
+    )?
+    .execute(params![
+        &*write.endpoint,
+        h.state.as_str(),
+        h.consecutive_failures,
+        h.failing_since.map(Timestamp::as_millis),
+        h.last_success_at.map(Timestamp::as_millis),
+        h.changed_at.map(Timestamp::as_millis),
+    ])?;
+    for t in &write.transitions {
+        conn.prepare_cached(
+            "INSERT INTO endpoint_history (endpoint, state, at, reason) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![
+            &*write.endpoint,
+            t.to.as_str(),
+            t.at.as_millis(),
+            t.reason
+        ])?;
+    }
+    Ok(())
+}
+
+fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
+    let a = &write.attempt;
+    conn.prepare_cached(
+        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        write.delivery.0,
+        write.round,
+        a.n,
+        a.started_at.as_millis(),
+        i64::try_from(a.duration_ms).unwrap_or(i64::MAX),
+        a.status_code,
+        a.error_kind.map(|k| k.as_str()),
+        a.error,
+        write.plugin_note,
+    ])?;
+    // The round guard keeps a late outcome of an old round from overwriting a redelivery.
+    conn.prepare_cached(
+        "UPDATE deliveries SET status = ?2, attempt_count = ?3, next_attempt_at = ?4, last_error = ?5,
+             updated_at = ?6 WHERE id = ?1 AND round = ?7",
+    )?
+    .execute(params![
+        write.delivery.0,
+        write.status.as_str(),
+        a.n,
+        write.next_attempt_at.map(Timestamp::as_millis),
+        write.last_error,
+        a.started_at
+            .plus(std::time::Duration::from_millis(a.duration_ms))
+            .as_millis(),
+        write.round,
+    ])?;
+    Ok(())
+}
+
+/// Marks a delivery as the start of a new round, if its state allows.
+fn restart_round(conn: &Connection, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT d.status, d.round, d.endpoint, {EVENT_COLUMNS}
+             FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
+        ))?
+        .query_row(params![id.0], |row| {
+            Ok((
+                parse_col::<DeliveryStatus>(row, 0)?,
+                row.get::<_, u32>(1)?,
+                row.get::<_, String>(2)?,
+                event_from_row(row, 3)?,
+            ))
+        })
+        .optional()?;
+    let Some((status, round, endpoint, event)) = row else {
+        return Err(StoreError::NotFound(format!("delivery {id}")));
+    };
+    if !status.is_final() {
+        return Err(StoreError::Conflict(format!(
+            "delivery {id} is {} and will be attempted by itself",
+            status.as_str()
+        )));
+    }
+    conn.prepare_cached(
+        "UPDATE deliveries SET status = 'pending', round = ?2, attempt_count = 0, next_attempt_at = ?3,
+             last_error = NULL, updated_at = ?3 WHERE id = ?1",
+    )?
+    .execute(params![id.0, round + 1, now.as_millis()])?;
+    Ok(ReadyDelivery {
+        id,
+        endpoint: Arc::from(endpoint),
+        event: Arc::new(event),
+        next_attempt_at: now,
+        round: round + 1,
+        attempts_made: 0,
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ingest(&self, batch: IngestBatch) -> StoreResult<IngestOutcome> {
+        self.write(Urgency::RefuseWhenFull, move |conn| {
+            if let Some(record) = &batch.idempotency
+                && let Some(first) = idempotency_lookup(conn, &record.scope, &record.key)?
+            {
+                return Ok(IngestOutcome::AlreadyDone(first));
+            }
+            let mut ready = Vec::with_capacity(batch.items.iter().map(|i| i.endpoints.len()).sum());
+            for item in &batch.items {
+                let seq = insert_event(conn, &item.event)?;
+                for endpoint in &item.endpoints {
+                    let id = insert_delivery(conn, seq, endpoint, batch.now)?;
+                    ready.push(ReadyDelivery {
+                        id,
+                        endpoint: endpoint.clone(),
+                        event: item.event.clone(),
+                        next_attempt_at: batch.now,
+                        round: 1,
+                        attempts_made: 0,
+                    });
+                }
+            }
+            if let Some(record) = &batch.idempotency {
+                insert_idempotency(conn, record)?;
+            }
+            Ok(IngestOutcome::Committed(ready))
+        })
+        .await
+    }
+
+    async fn apply(&self, changes: Vec<StateChange>) -> StoreResult<()> {
+        self.write(Urgency::Wait, move |conn| {
+            for change in &changes {
+                match change {
+                    StateChange::Attempt(write) => write_attempt(conn, write)?,
+                    StateChange::Health(write) => write_health(conn, write)?,
+                    StateChange::FailPending {
+                        endpoint,
+                        kind,
+                        status,
+                        now,
+                    } => {
+                        conn.prepare_cached(
+                            "UPDATE deliveries SET status = ?2, next_attempt_at = NULL, last_error = ?3, updated_at = ?4
+                             WHERE endpoint = ?1 AND status = 'pending'",
+                        )?
+                        .execute(params![&**endpoint, status.as_str(), kind.as_str(), now.as_millis()])?;
+                    }
+                    StateChange::Finish {
+                        delivery,
+                        status,
+                        error,
+                        now,
+                    } => {
+                        conn.prepare_cached(
+                            "UPDATE deliveries SET status = ?2, next_attempt_at = NULL, last_error = ?3, updated_at = ?4
+                             WHERE id = ?1 AND status = 'pending'",
+                        )?
+                        .execute(params![delivery.0, status.as_str(), error, now.as_millis()])?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn restart_delivery(&self, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery> {
+        self.write(Urgency::Wait, move |conn| restart_round(conn, id, now))
+            .await
+    }
+
+    async fn restart_dead(
+        &self,
+        endpoint: &str,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<ReadyDelivery>> {
+        let endpoint = endpoint.to_owned();
+        self.write(Urgency::Wait, move |conn| {
+            let ids: Vec<i64> = conn
+                .prepare_cached(
+                    "SELECT id FROM deliveries WHERE endpoint = ?1 AND status = 'dead' ORDER BY id LIMIT ?2",
+                )?
+                .query_map(params![endpoint, limit], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            ids.into_iter()
+                .map(|id| restart_round(conn, DeliveryId(id), now))
+                .collect()
+        })
+        .await
+    }
+
+    async fn create_deliveries(
+        &self,
+        endpoint: &str,
+        events: Vec<Arc<Event>>,
+        idempotency: Option<(IdempotencyRecord, AnswerFn)>,
+        now: Timestamp,
+    ) -> StoreResult<IngestOutcome> {
+        let endpoint: Arc<str> = Arc::from(endpoint);
+        self.write(Urgency::Wait, move |conn| {
+            if let Some((record, _)) = &idempotency
+                && let Some(first) = idempotency_lookup(conn, &record.scope, &record.key)?
+            {
+                return Ok(IngestOutcome::AlreadyDone(first));
+            }
+            let mut ready = Vec::with_capacity(events.len());
+            for event in events {
+                let seq: Option<i64> = conn
+                    .prepare_cached("SELECT seq FROM events WHERE topic = ?1 AND id = ?2")?
+                    .query_row(params![event.topic, event.id], |r| r.get(0))
+                    .optional()?;
+                // An event purged since the window was read is simply not replayed.
+                let Some(seq) = seq else { continue };
+                let id = insert_delivery(conn, seq, &endpoint, now)?;
+                ready.push(ReadyDelivery {
+                    id,
+                    endpoint: endpoint.clone(),
+                    event,
+                    next_attempt_at: now,
+                    round: 1,
+                    attempts_made: 0,
+                });
+            }
+            if let Some((mut record, answer)) = idempotency {
+                record.response = answer(&ready);
+                insert_idempotency(conn, &record)?;
+            }
+            Ok(IngestOutcome::Committed(ready))
+        })
+        .await
+    }
+
+    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, e.ordering_key, e.received_at
+                 FROM deliveries d JOIN events e ON e.seq = d.event_seq
+                 WHERE d.status = 'pending' ORDER BY d.id",
+            )?;
+            // Endpoint names repeat a million times; share one allocation per name.
+            let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
+            let rows = stmt.query_map([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    opt_ts(row, 2)?,
+                    row.get::<_, u32>(3)?,
+                    row.get::<_, u32>(4)?,
+                    row.get::<_, Option<String>>(5)?,
+                    ts(row, 6)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, endpoint, next, round, attempts_made, ordering_key, received_at) = row?;
+                let endpoint = names.entry(endpoint).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
+                out.push(PendingDelivery {
+                    id: DeliveryId(id),
+                    endpoint,
+                    next_attempt_at: next.unwrap_or(received_at),
+                    round,
+                    attempts_made,
+                    ordering_key,
+                    event_received_at: received_at,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>> {
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT d.endpoint, d.status, d.round, d.attempt_count, {EVENT_COLUMNS}
+                     FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
+                ))?
+                .query_row(params![id.0], |row| {
+                    Ok(DeliveryForAttempt {
+                        id,
+                        endpoint: Arc::from(row.get::<_, String>(0)?),
+                        status: parse_col(row, 1)?,
+                        round: row.get(2)?,
+                        attempts_made: row.get(3)?,
+                        event: Arc::new(event_from_row(row, 4)?),
+                    })
+                })
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>> {
+        self.read(move |conn| {
+            let topics = serde_json::to_string(&window.topics).map_err(|e| StoreError::Internal(e.to_string()))?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events e
+                 WHERE e.topic IN (SELECT value FROM json_each(?1)) AND e.received_at >= ?2 AND e.received_at < ?3
+                 ORDER BY e.received_at, e.seq"
+            ))?;
+            let mut rows = stmt.query(params![topics, window.since.as_millis(), window.until.as_millis()])?;
+            let mut out = Vec::new();
+            while out.len() < limit as usize
+                && let Some(row) = rows.next()?
+            {
+                let event = event_from_row(row, 0)?;
+                if (window.matches)(&event) {
+                    out.push(Arc::new(event));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>> {
+        let (id, topic) = (id.to_owned(), topic.map(str::to_owned));
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events e WHERE e.id = ?1 AND (?2 IS NULL OR e.topic = ?2) ORDER BY e.seq"
+            ))?;
+            let rows = stmt.query_map(params![id, topic], |row| event_from_row(row, 0))?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn deliveries(&self, filter: DeliveryFilter) -> StoreResult<Vec<DeliveryRow>> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
+                 WHERE (?1 IS NULL OR d.endpoint = ?1) AND (?2 IS NULL OR d.status = ?2)
+                   AND (?3 IS NULL OR e.id = ?3) AND (?4 IS NULL OR d.id < ?4)
+                 ORDER BY d.id DESC LIMIT ?5"
+            ))?;
+            let rows = stmt.query_map(
+                params![
+                    filter.endpoint,
+                    filter.status.map(DeliveryStatus::as_str),
+                    filter.event_id,
+                    filter.before.map(|d| d.0),
+                    filter.limit,
+                ],
+                delivery_from_row,
+            )?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<(DeliveryRow, Vec<AttemptRow>)>> {
+        self.read(move |conn| {
+            let row = conn
+                .prepare_cached(&format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
+                ))?
+                .query_row(params![id.0], delivery_from_row)
+                .optional()?;
+            let Some(row) = row else { return Ok(None) };
+            let mut stmt = conn.prepare_cached(
+                "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note
+                 FROM attempts WHERE delivery_id = ?1 ORDER BY id",
+            )?;
+            let attempts = stmt
+                .query_map(params![id.0], |r| {
+                    Ok(AttemptRow {
+                        round: r.get(0)?,
+                        attempt: Attempt {
+                            n: r.get(1)?,
+                            started_at: ts(r, 2)?,
+                            duration_ms: r.get::<_, i64>(3)?.max(0) as u64,
+                            status_code: r.get(4)?,
+                            error_kind: r
+                                .get::<_, Option<String>>(5)?
+                                .map(|k| k.parse::<ErrorKind>())
+                                .transpose()
+                                .map_err(|e| {
+                                    rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, e.into())
+                                })?,
+                            error: r.get(6)?,
+                        },
+                        plugin_note: r.get(7)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(Some((row, attempts)))
+        })
+        .await
+    }
+
+    async fn delivery_summary(
+        &self,
+        endpoint: &str,
+        from: DeliveryId,
+        to: DeliveryId,
+    ) -> StoreResult<Vec<(DeliveryStatus, u64)>> {
+        let endpoint = endpoint.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT status, COUNT(*) FROM deliveries WHERE endpoint = ?1 AND id BETWEEN ?2 AND ?3 GROUP BY status",
+            )?;
+            let rows = stmt.query_map(params![endpoint, from.0, to.0], |r| Ok((parse_col(r, 0)?, r.get::<_, i64>(1)?.max(0) as u64)))?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn endpoint_health(&self) -> StoreResult<Vec<(String, EndpointHealth)>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT endpoint, state, consecutive_failures, failing_since, last_success_at, changed_at
+                 FROM endpoint_health ORDER BY endpoint",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    EndpointHealth {
+                        state: parse_col::<EndpointState>(r, 1)?,
+                        consecutive_failures: r.get(2)?,
+                        failing_since: opt_ts(r, 3)?,
+                        last_success_at: opt_ts(r, 4)?,
+                        changed_at: opt_ts(r, 5)?,
+                    },
+                ))
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn endpoint_history(&self, endpoint: &str, limit: u32) -> StoreResult<Vec<HistoryEntry>> {
+        let endpoint = endpoint.to_owned();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT state, at, reason FROM (
+                     SELECT id, state, at, reason FROM endpoint_history WHERE endpoint = ?1 ORDER BY id DESC LIMIT ?2
+                 ) ORDER BY id",
+            )?;
+            let rows = stmt.query_map(params![endpoint, limit], |r| {
+                Ok(HistoryEntry {
+                    state: parse_col(r, 0)?,
+                    at: ts(r, 1)?,
+                    reason: r.get(2)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
+        let (scope, key) = (scope.to_owned(), key.to_owned());
+        self.read(move |conn| idempotency_lookup(conn, &scope, &key))
+            .await
+    }
+
+    async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {
+        self.write(Urgency::Wait, move |conn| {
+            let mut purged = Purged::default();
+            let ids: Vec<i64> = conn
+                .prepare_cached(
+                    "SELECT id FROM deliveries WHERE updated_at < ?1 AND status IN ('succeeded', 'failed', 'dead')
+                     ORDER BY updated_at LIMIT ?2",
+                )?
+                .query_map(params![cutoffs.deliveries_before.as_millis(), cutoffs.batch], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            for id in ids {
+                purged.attempts +=
+                    conn.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")?.execute(params![id])? as u64;
+                purged.deliveries +=
+                    conn.prepare_cached("DELETE FROM deliveries WHERE id = ?1")?.execute(params![id])? as u64;
+            }
+            purged.events = conn
+                .prepare_cached(
+                    "DELETE FROM events WHERE seq IN (
+                         SELECT seq FROM events e WHERE e.received_at < ?1
+                           AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
+                         ORDER BY e.received_at LIMIT ?2)",
+                )?
+                .execute(params![cutoffs.events_before.as_millis(), cutoffs.batch])? as u64;
+            purged.idempotency_keys = conn
+                .prepare_cached(
+                    "DELETE FROM idempotency WHERE rowid IN (
+                         SELECT rowid FROM idempotency WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
+                )?
+                .execute(params![cutoffs.idempotency_before.as_millis(), cutoffs.batch])? as u64;
+            Ok(purged)
+        })
+        .await
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+    }
+}
