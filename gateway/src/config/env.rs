@@ -1,0 +1,124 @@
+//! `${ENV}` interpolation, done on the text before YAML parsing so that secrets never have to
+//! be written into the file. `${NAME:-fallback}` gives a fallback; `$${` writes a literal `${`.
+//! Comment lines are left alone.
+
+/// A variable that is not set and has no fallback, or a value that would break the file.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct EnvProblem {
+    pub(super) line: usize,
+    pub(super) reason: String,
+}
+
+pub(super) fn interpolate(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, Vec<EnvProblem>> {
+    let mut out = String::with_capacity(text.len());
+    let mut problems = Vec::new();
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        if line.trim_start().starts_with('#') {
+            out.push_str(line);
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("${") {
+            if rest[..at].ends_with('$') {
+                out.push_str(&rest[..at - 1]);
+                out.push_str("${");
+                rest = &rest[at + 2..];
+                continue;
+            }
+            out.push_str(&rest[..at]);
+            let Some(len) = rest[at + 2..].find('}') else {
+                problems.push(EnvProblem {
+                    line: index + 1,
+                    reason: "`${` without a closing `}`".into(),
+                });
+                out.push_str(&rest[at..]);
+                rest = "";
+                break;
+            };
+            let inner = &rest[at + 2..at + 2 + len];
+            let (name, fallback) = match inner.split_once(":-") {
+                Some((name, fallback)) => (name, Some(fallback)),
+                None => (inner, None),
+            };
+            let valid_name = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid_name {
+                problems.push(EnvProblem {
+                    line: index + 1,
+                    reason: format!("`${{{inner}}}` is not a valid variable reference"),
+                });
+            } else {
+                match lookup(name).or_else(|| fallback.map(str::to_owned)) {
+                    Some(value) if value.contains(['\n', '\r']) => problems.push(EnvProblem {
+                        line: index + 1,
+                        reason: format!("environment variable {name} contains a line break"),
+                    }),
+                    Some(value) => out.push_str(&value),
+                    None => problems.push(EnvProblem {
+                        line: index + 1,
+                        reason: format!("environment variable {name} is not set (write ${{{name}:-fallback}} for a default)"),
+                    }),
+                }
+            }
+            rest = &rest[at + 2 + len + 1..];
+        }
+        out.push_str(rest);
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "SECRET" => Some("whsec_abc".into()),
+            "EMPTY" => Some(String::new()),
+            "MULTI" => Some("a\nb".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn replaces_set_variables_and_uses_fallbacks() {
+        let out = interpolate("secret: ${SECRET}\nport: ${PORT:-8080}\nempty: '${EMPTY}'\n", env).unwrap();
+        assert_eq!(out, "secret: whsec_abc\nport: 8080\nempty: ''\n");
+    }
+
+    #[test]
+    fn a_missing_variable_names_its_line() {
+        let problems = interpolate("a: 1\nb: ${NOPE}\n", env).unwrap_err();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].line, 2);
+        assert!(problems[0].reason.contains("NOPE is not set"), "{problems:?}");
+    }
+
+    #[test]
+    fn escapes_comments_and_bad_references() {
+        assert_eq!(interpolate("a: $${LITERAL}\n", env).unwrap(), "a: ${LITERAL}\n");
+        assert_eq!(
+            interpolate("# uses ${NOPE}\na: 1\n", env).unwrap(),
+            "# uses ${NOPE}\na: 1\n"
+        );
+        assert_eq!(interpolate("a: ${1BAD}\n", env).unwrap_err()[0].line, 1);
+        assert!(
+            interpolate("a: ${MULTI}\n", env).unwrap_err()[0]
+                .reason
+                .contains("line break")
+        );
+        assert!(
+            interpolate("a: ${OPEN\n", env).unwrap_err()[0]
+                .reason
+                .contains("closing")
+        );
+    }
+}

@@ -1,0 +1,208 @@
+use super::*;
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    load_str(text, "test.yaml", None, |name| match name {
+        "BILLING_SECRET" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+        _ => None,
+    })
+}
+
+fn problems(text: &str) -> Vec<String> {
+    load(text)
+        .unwrap_err()
+        .problems
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+const FULL: &str = r#"
+server:
+  listen: 127.0.0.1:9090
+  api_keys: ["k1"]
+  max_body: 512KiB
+storage:
+  path: /tmp/x.db
+delivery:
+  timeout: 5s
+  allow_networks: [127.0.0.0/8, "::1"]
+policies:
+  fast:
+    schedule: [0s, 1s, 5s]
+    deadline: 1h
+    jitter: 0
+topics:
+  orders: { policy: fast }
+  users: {}
+endpoints:
+  billing:
+    url: https://billing.example.com/hooks
+    topics: [orders, users]
+    types: ["order.*"]
+    secret: ${BILLING_SECRET}
+    headers: { X-Team: billing }
+    transform: { plugin: cloud_events, config: { source: shop, depth: 2 } }
+    max_per_second: 10
+    dead_letter: true
+"#;
+
+#[test]
+fn a_full_config_loads_with_every_setting() {
+    let c = load(FULL).unwrap();
+    assert_eq!(c.server.listen.to_string(), "127.0.0.1:9090");
+    assert_eq!(c.server.max_body_bytes, 512 * 1024);
+    assert_eq!(c.delivery.timeout, Duration::from_secs(5));
+    assert_eq!(c.delivery.allow_networks.len(), 2);
+    let ep = &c.endpoints["billing"];
+    assert_eq!(ep.url.host(), Some("billing.example.com"));
+    assert_eq!(ep.secrets[0].expose(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    assert!(ep.subscribes_to("orders", "order.created"));
+    assert!(!ep.subscribes_to("orders", "invoice.created"));
+    assert!(!ep.subscribes_to("payments", "order.created"));
+    let transform = ep.transform.as_ref().unwrap();
+    assert_eq!(transform.plugin, "cloud-events");
+    assert_eq!(transform.config["source"], "shop");
+    assert_eq!(transform.config["depth"], "2");
+    assert!(ep.dead_letter);
+    // Endpoint policy absent: the topic's policy applies to that topic, standard to others.
+    assert_eq!(c.policy_for(ep, "orders").name(), "fast");
+    assert_eq!(c.policy_for(ep, "users").name(), "standard");
+}
+
+#[test]
+fn the_embedded_default_listens_on_loopback_and_stores_under_data() {
+    let c = Config::embedded_default();
+    assert!(c.server.listen.ip().is_loopback());
+    assert_eq!(c.storage.path, PathBuf::from("./data/hookgate.db"));
+    assert_eq!(c.server.max_body_bytes, 256 * 1024);
+    assert_eq!(c.delivery.timeout, Duration::from_secs(10));
+    assert!(c.policies.contains_key("standard"));
+}
+
+#[test]
+fn an_unknown_key_names_file_line_and_path() {
+    let text = "topics:\n  orders: {}\nendpoints:\n  e:\n    url: http://x.example/\n    topics: [orders]\n    colour: blue\n";
+    assert_eq!(
+        problems(text),
+        vec![
+            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `description`"
+        ]
+    );
+}
+
+#[test]
+fn a_wrong_type_names_its_line() {
+    let p = problems("server:\n  api_keys: 5\n");
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].starts_with("test.yaml:2: server.api_keys: invalid type"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn every_validation_problem_is_reported_at_once() {
+    let text = "topics:\n  orders: { policy: nope }\nendpoints:\n  e:\n    url: ftp://x\n    topics: [orders, missing]\n    policy: gone\n    headers: { webhook-id: x }\n    types: ['[']\n";
+    let p = problems(text);
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("test.yaml:2: topics.orders.policy: unknown policy `nope`")),
+        "{p:#?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("test.yaml:5: endpoints.e.url: `ftp://x` must start with http")),
+        "{p:#?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("test.yaml:6: endpoints.e.topics[1]: unknown topic `missing`")),
+        "{p:#?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("test.yaml:7: endpoints.e.policy: unknown policy `gone`")),
+        "{p:#?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("test.yaml:8: endpoints.e.headers.webhook-id: ")),
+        "{p:#?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("test.yaml:9: endpoints.e.types[0]: ")),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn a_missing_environment_variable_is_a_problem_with_its_line() {
+    let p = problems("server:\n  api_keys: [\"${HOOKGATE_TEST_UNSET_KEY}\"]\n");
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].starts_with("test.yaml:2: environment variable HOOKGATE_TEST_UNSET_KEY is not set"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn no_api_keys_are_refused_off_loopback() {
+    let p = problems("server:\n  listen: 0.0.0.0:8080\n");
+    assert!(
+        p[0].starts_with("test.yaml:1: server.api_keys: no API keys"),
+        "{p:?}"
+    );
+    assert!(load("server:\n  listen: 0.0.0.0:8080\n  api_keys: [k]\n").is_ok());
+}
+
+#[test]
+fn presets_cannot_be_redefined() {
+    let p = problems("policies:\n  standard:\n    schedule: [0s]\n");
+    assert!(
+        p[0].starts_with("test.yaml:2: policies.standard: `standard` is a built-in preset"),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn policy_problems_point_into_the_policy() {
+    let p = problems("policies:\n  fast:\n    sns:\n      healthyRetryPolicy:\n        numRetries: 101\n");
+    assert!(
+        p.iter().any(|l| l.starts_with(
+            "test.yaml:5: policies.fast.sns.healthyRetryPolicy.numRetries: 101 is above the maximum 100"
+        )),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn secrets_never_appear_in_problems() {
+    let p = problems(
+        "topics:\n  t: {}\nendpoints:\n  e:\n    url: http://x.example/\n    topics: [t]\n    secret: whsec_!!notbase64!!\n",
+    );
+    assert_eq!(p.len(), 1);
+    assert!(!p[0].contains("notbase64"), "{p:?}");
+}
+
+#[test]
+fn the_operator_topic_exists_implicitly() {
+    let c = load("health:\n  operator_topic: ops\nendpoints:\n  pager:\n    url: http://pager.example/\n    topics: [ops]\n").unwrap();
+    assert!(c.has_topic("ops"));
+}
+
+#[test]
+fn sizes_parse_with_units() {
+    assert_eq!(parse_size("256KiB").unwrap(), 262_144);
+    assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
+    assert_eq!(parse_size("1000").unwrap(), 1000);
+    assert!(parse_size("12 parsecs").is_err());
+    assert!(parse_size("0").is_err());
+}
+
+#[test]
+fn the_json_schema_describes_endpoints() {
+    let schema = json_schema().to_string();
+    assert!(schema.contains("max_per_second"), "{schema}");
+    assert!(schema.contains("dead_letter"));
+}
