@@ -1,0 +1,173 @@
+//! Taking events in: fan-out to the subscribed endpoints, one durable commit, then straight to
+//! the scheduler. Used by the HTTP API and by the scheduler's operator events.
+//!
+//! Ingestion is split in two so that an idempotent request can store its exact answer in the
+//! same commit as its events: [`Ingestor::prepare`] decides ids and fan-out (and so the answer),
+//! [`Ingestor::commit`] writes and schedules.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::model::{Event, Timestamp};
+use crate::scheduler::SchedulerHandle;
+use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError};
+
+/// An event as an app hands it in.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// The app's own id (unique per topic), or None for a generated `evt_<ulid>`.
+    pub id: Option<String>,
+    pub topic: String,
+    pub event_type: String,
+    pub content_type: String,
+    pub payload: Bytes,
+    pub ordering_key: Option<String>,
+}
+
+/// Events with their ids and fan-out decided, not yet written.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub items: Vec<IngestItem>,
+    pub now: Timestamp,
+}
+
+impl Prepared {
+    pub fn ids(&self) -> Vec<String> {
+        self.items.iter().map(|i| i.event.id.clone()).collect()
+    }
+
+    pub fn delivery_count(&self) -> usize {
+        self.items.iter().map(|i| i.endpoints.len()).sum()
+    }
+}
+
+#[derive(Clone)]
+pub struct Ingestor {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) scheduler: SchedulerHandle,
+    /// Owns the commit tasks, so that shutdown waits for them.
+    pub(crate) tasks: TaskTracker,
+}
+
+pub fn new_event_id() -> String {
+    format!("evt_{}", ulid::Ulid::new().to_string().to_lowercase())
+}
+
+impl Ingestor {
+    pub fn new(
+        clock: Arc<dyn Clock>,
+        config: Arc<ArcSwap<Config>>,
+        store: Arc<dyn Store>,
+        scheduler: SchedulerHandle,
+        tasks: TaskTracker,
+    ) -> Self {
+        Ingestor {
+            clock,
+            config,
+            store,
+            scheduler,
+            tasks,
+        }
+    }
+
+    /// Gives each event its id and receipt time and picks its endpoints: subscribed to the
+    /// topic, matching the type filter, and neither paused nor disabled.
+    pub fn prepare(&self, events: Vec<NewEvent>) -> Prepared {
+        let config = self.config.load();
+        let now = self.clock.now();
+        let items = events
+            .into_iter()
+            .map(|e| {
+                let endpoints = config
+                    .subscribers(&e.topic, &e.event_type)
+                    .filter(|ep| self.scheduler.receives_events(&ep.name))
+                    .map(|ep| ep.name.clone())
+                    .collect();
+                IngestItem {
+                    event: Arc::new(Event {
+                        id: e.id.unwrap_or_else(new_event_id),
+                        topic: e.topic,
+                        event_type: e.event_type,
+                        content_type: e.content_type,
+                        payload: e.payload,
+                        ordering_key: e.ordering_key,
+                        received_at: now,
+                    }),
+                    endpoints,
+                }
+            })
+            .collect();
+        Prepared { items, now }
+    }
+
+    /// Writes the events, their deliveries and the idempotency record in one durable commit,
+    /// then hands the deliveries to the scheduler.
+    ///
+    /// Runs in its own task: a client that hangs up cannot cancel it between the commit and the
+    /// scheduling, which would leave committed deliveries unscheduled until a restart.
+    pub async fn commit(
+        &self,
+        prepared: Prepared,
+        idempotency: Option<IdempotencyRecord>,
+    ) -> Result<IngestOutcome, StoreError> {
+        let this = self.clone();
+        let task = self.tasks.spawn(async move {
+            let topics: Vec<String> = prepared.items.iter().map(|i| i.event.topic.clone()).collect();
+            let outcome = this
+                .store
+                .ingest(IngestBatch {
+                    items: prepared.items,
+                    idempotency,
+                    now: prepared.now,
+                })
+                .await?;
+            if let IngestOutcome::Committed(ready) = &outcome {
+                for topic in topics {
+                    metrics::counter!("hookgate_events_ingested_total", "topic" => topic).increment(1);
+                }
+                this.scheduler.enqueue(ready.clone());
+            }
+            Ok(outcome)
+        });
+        task.await
+            .map_err(|e| StoreError::Internal(format!("ingest task failed: {e}")))?
+    }
+
+    /// Publishes an operator event (`hookgate.endpoint.paused`…) on the configured operator
+    /// topic, if there is one. Fire and forget: a failure is logged, never blocks delivery.
+    pub fn publish_operator_event(
+        &self,
+        endpoint: &str,
+        event_type: &'static str,
+        payload: serde_json::Value,
+    ) {
+        let Some(topic) = self.config.load().health.operator_topic.clone() else {
+            return;
+        };
+        let mut body = payload;
+        if let serde_json::Value::Object(map) = &mut body {
+            map.insert("endpoint".into(), endpoint.into());
+        }
+        let prepared = self.prepare(vec![NewEvent {
+            id: None,
+            topic,
+            event_type: event_type.to_owned(),
+            content_type: "application/json".into(),
+            payload: Bytes::from(body.to_string()),
+            ordering_key: Some(endpoint.to_owned()),
+        }]);
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) = this.commit(prepared, None).await {
+                tracing::warn!(error = %e, event_type, "could not publish an operator event");
+            }
+        });
+    }
+}

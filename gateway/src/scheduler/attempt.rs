@@ -1,0 +1,309 @@
+//! One attempt, start to finish: build the request (content type, the endpoint's headers,
+//! transform plugin, Standard Webhooks headers or a signer plugin), send it, and — when it
+//! failed and the endpoint has a backoff plugin — ask the plugin for the next delay.
+//!
+//! The same pipeline serves real deliveries and the endpoint test call, so what the test call
+//! shows is exactly what a delivery would do.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, header};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::EndpointConfig;
+use crate::delivery::{OutgoingRequest, Sender, signing};
+use crate::model::{ErrorKind, Event, Outcome, Timestamp};
+use crate::plugins::{
+    BackoffInput, EventInfo, PluginBackoffDecision, PluginFailure, PluginHost, SignInput, TransformInput,
+    TransformResult,
+};
+use crate::policy::{BackoffDecision, Policy};
+
+/// What an attempt needs from the gateway around it.
+pub(crate) struct AttemptEnv {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) sender: Sender,
+    pub(crate) plugins: PluginHost,
+}
+
+pub(crate) struct AttemptInput<'a> {
+    pub(crate) endpoint: &'a EndpointConfig,
+    pub(crate) policy: &'a Policy,
+    pub(crate) event: &'a Event,
+    /// `dlv_<n>`, or `test` for the test call.
+    pub(crate) delivery_id: String,
+    /// 1-based attempt number of the current round.
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    pub(crate) timeout: Duration,
+    /// The wait that preceded this attempt, for backoff plugins that grow from it.
+    pub(crate) previous_delay: Option<Duration>,
+}
+
+/// What became of an attempt.
+#[derive(Debug, Clone)]
+pub(crate) enum AttemptResult {
+    /// The HTTP request was made (or failed before an answer).
+    Sent(Outcome),
+    /// The transform plugin dropped the event: nothing was sent, the delivery is done.
+    Dropped { reason: String },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptReport {
+    pub(crate) result: AttemptResult,
+    pub(crate) started_at: Timestamp,
+    pub(crate) duration: Duration,
+    /// Which plugins ran, their versions and time spent, for the attempt log.
+    pub(crate) plugin_note: Option<String>,
+    /// A backoff plugin's answer for a failed attempt.
+    pub(crate) backoff: Option<BackoffDecision>,
+}
+
+pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> AttemptReport {
+    let started_at = env.clock.now();
+    let real_start = Instant::now();
+    let mut notes = Vec::new();
+    let result = run(env, &input, &mut notes).await;
+    let backoff = match &result {
+        AttemptResult::Sent(outcome @ Outcome::Failed { .. }) => match &input.endpoint.backoff {
+            Some(binding) => {
+                let elapsed_ms = started_at.since(input.event.received_at).as_millis() as u64;
+                let call = Instant::now();
+                let answer = env
+                    .plugins
+                    .backoff(
+                        binding,
+                        BackoffInput {
+                            attempt: input.attempt,
+                            max_attempts: input.max_attempts,
+                            last_status: outcome.status_code(),
+                            last_error_kind: outcome.error_kind().map(|k| k.as_str().to_owned()),
+                            retry_after_ms: retry_after_ms(outcome, started_at),
+                            elapsed_ms,
+                            now_ms: env.clock.now().as_millis().max(0) as u64,
+                            previous_delay_ms: input.previous_delay.map(|d| d.as_millis() as u64),
+                            random: None,
+                        },
+                    )
+                    .await;
+                notes.push(note(&binding.plugin, call.elapsed(), answer.as_ref().err()));
+                match answer {
+                    Ok(PluginBackoffDecision::RetryIn(wait)) => Some(BackoffDecision::RetryIn(wait)),
+                    Ok(PluginBackoffDecision::GiveUp(reason)) => Some(BackoffDecision::GiveUp(reason)),
+                    // A broken backoff plugin must not stop retries: the policy's own wait applies.
+                    Err(failure) => {
+                        tracing::info!(plugin = %failure.plugin, error = %failure.message, "backoff plugin failed; using the policy's wait");
+                        None
+                    }
+                }
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    AttemptReport {
+        result,
+        started_at,
+        duration: real_start.elapsed(),
+        plugin_note: if notes.is_empty() {
+            None
+        } else {
+            Some(notes.join("; "))
+        },
+        backoff,
+    }
+}
+
+fn retry_after_ms(outcome: &Outcome, now: Timestamp) -> Option<u64> {
+    match outcome {
+        Outcome::Failed {
+            retry_after: Some(at),
+            ..
+        } => Some(at.since(now).as_millis() as u64),
+        _ => None,
+    }
+}
+
+fn note(plugin: &str, took: Duration, failure: Option<&PluginFailure>) -> String {
+    let version = failure.and_then(|f| f.version.clone());
+    match (failure, version) {
+        (Some(f), _) => format!(
+            "{plugin}: {} after {:.2} ms",
+            f.detail.as_str(),
+            took.as_secs_f64() * 1000.0
+        ),
+        (None, _) => format!("{plugin} ({:.2} ms)", took.as_secs_f64() * 1000.0),
+    }
+}
+
+fn plugin_failed(failure: PluginFailure) -> AttemptResult {
+    AttemptResult::Sent(Outcome::Failed {
+        kind: ErrorKind::PluginError,
+        status: None,
+        retry_after: None,
+        detail: format!(
+            "plugin `{}` {}: {}",
+            failure.plugin,
+            failure.detail.as_str(),
+            failure.message
+        ),
+    })
+}
+
+async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>) -> AttemptResult {
+    let endpoint = input.endpoint;
+    let event = input.event;
+    let now = env.clock.now();
+
+    let content_type = input.policy.content_type().unwrap_or(&event.content_type);
+    let mut headers = HeaderMap::with_capacity(endpoint.headers.len() + 6);
+    if let Ok(value) = HeaderValue::from_str(content_type) {
+        headers.insert(header::CONTENT_TYPE, value);
+    }
+    for (name, value) in &endpoint.headers {
+        headers.insert(name.clone(), value.clone());
+    }
+    let mut body: Bytes = event.payload.clone();
+
+    if let Some(binding) = &endpoint.transform {
+        let call = Instant::now();
+        let answer = env
+            .plugins
+            .transform(
+                binding,
+                TransformInput {
+                    endpoint_name: endpoint.name.to_string(),
+                    endpoint_url: endpoint.url.to_string(),
+                    event: event_info(event),
+                    delivery_id: input.delivery_id.clone(),
+                    attempt: input.attempt,
+                    now_ms: now.as_millis().max(0) as u64,
+                    headers: header_list(&headers),
+                    body: body.clone(),
+                },
+            )
+            .await;
+        notes.push(note(&binding.plugin, call.elapsed(), answer.as_ref().err()));
+        match answer {
+            Ok(TransformResult::Forward {
+                headers: new_headers,
+                body: new_body,
+            }) => {
+                headers = match header_map(&new_headers) {
+                    Ok(map) => map,
+                    Err(detail) => {
+                        return AttemptResult::Sent(Outcome::Failed {
+                            kind: ErrorKind::PluginError,
+                            status: None,
+                            retry_after: None,
+                            detail: format!("plugin `{}` returned {detail}", binding.plugin),
+                        });
+                    }
+                };
+                body = new_body;
+            }
+            Ok(TransformResult::Drop { reason }) => return AttemptResult::Dropped { reason },
+            Err(failure) => return plugin_failed(failure),
+        }
+    }
+
+    // The signature timestamp is real wall time even under --time-scale: receivers check it
+    // against their own clock to refuse replays.
+    let timestamp_s = SystemClock.now().as_unix_seconds();
+    let sign_standard = endpoint.signer.is_none();
+    let standard = signing::standard_headers(
+        &event.id,
+        timestamp_s,
+        input.attempt,
+        &endpoint.secrets,
+        &body,
+        sign_standard,
+    );
+    for (name, value) in &standard {
+        headers.insert(name.clone(), value.clone());
+    }
+
+    if let Some(binding) = &endpoint.signer {
+        let call = Instant::now();
+        let answer = env
+            .plugins
+            .sign(
+                binding,
+                SignInput {
+                    endpoint_name: endpoint.name.to_string(),
+                    endpoint_url: endpoint.url.to_string(),
+                    delivery_id: input.delivery_id.clone(),
+                    attempt: input.attempt,
+                    now_ms: SystemClock.now().as_millis().max(0) as u64,
+                    headers: header_list(&headers),
+                    body: body.clone(),
+                    secrets: endpoint.secrets.clone(),
+                },
+            )
+            .await;
+        notes.push(note(&binding.plugin, call.elapsed(), answer.as_ref().err()));
+        match answer {
+            Ok(signed) => match header_map(&signed) {
+                Ok(signed) => {
+                    for (name, value) in &signed {
+                        headers.insert(name.clone(), value.clone());
+                    }
+                }
+                Err(detail) => {
+                    return AttemptResult::Sent(Outcome::Failed {
+                        kind: ErrorKind::PluginError,
+                        status: None,
+                        retry_after: None,
+                        detail: format!("plugin `{}` returned {detail}", binding.plugin),
+                    });
+                }
+            },
+            Err(failure) => return plugin_failed(failure),
+        }
+    }
+
+    let sent = env
+        .sender
+        .send(
+            OutgoingRequest {
+                url: endpoint.url.clone(),
+                headers,
+                body,
+                timeout: input.timeout,
+            },
+            now,
+        )
+        .await;
+    AttemptResult::Sent(sent.outcome)
+}
+
+fn event_info(event: &Event) -> EventInfo {
+    EventInfo {
+        id: event.id.clone(),
+        topic: event.topic.clone(),
+        event_type: event.event_type.clone(),
+        received_at_ms: event.received_at.as_millis().max(0) as u64,
+    }
+}
+
+fn header_list(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+fn header_map(list: &[(String, Vec<u8>)]) -> Result<HeaderMap, String> {
+    let mut map = HeaderMap::with_capacity(list.len());
+    for (name, value) in list {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("an invalid header name `{name}`"))?;
+        let value =
+            HeaderValue::from_bytes(value).map_err(|_| format!("an invalid value for header `{name}`"))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}

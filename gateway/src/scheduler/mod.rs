@@ -1,0 +1,833 @@
+//! The in-memory scheduler: when each delivery is attempted, and what follows from its outcome.
+//!
+//! One actor task owns the due queue (a binary heap ordered by due time), one lane per
+//! endpoint (in-flight limit, throttle, ordering keys), the endpoints' health, and the health
+//! timers. New deliveries arrive straight from ingestion after their commit — the database is
+//! never polled — and the queue is rebuilt from the store with one scan at start.
+//!
+//! For every finished attempt the actor plans the next step (pure `policy`), steps the health
+//! machine (pure `health`), and streams the resulting [`StateChange`]s, in decision order, to
+//! a feeder task that commits them in groups. Memory may run ahead of the disk, never the
+//! other way round: a delivery the disk still calls pending is attempted again after a restart
+//! (at-least-once; receivers deduplicate by `webhook-id`).
+
+pub(crate) mod attempt;
+mod lane;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rand::Rng;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use self::attempt::{AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
+use self::lane::Lane;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::health::{self, Effect, EndpointHealth, HealthInput};
+use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
+use crate::policy::{self, GiveUpReason, NextStep, RetryContext};
+use crate::store::{AttemptWrite, HealthWrite, ReadyDelivery, StateChange, Store};
+
+/// A delivery waiting in memory. Deliveries ingested by this process keep their event, so
+/// their first attempt needs no read; rebuilt ones load it when due.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    id: DeliveryId,
+    endpoint: Arc<str>,
+    event: Option<Arc<Event>>,
+    round: u32,
+    attempts_made: u32,
+    ordering_key: Option<Arc<str>>,
+    /// The wait before the upcoming attempt (None for a first attempt or after a restart).
+    previous_delay: Option<Duration>,
+    /// The lane epoch this item belongs to; a pause or removal bumps the epoch, which
+    /// invalidates every item queued before it without searching the heap.
+    epoch: u64,
+}
+
+struct Due {
+    at: Timestamp,
+    seq: u64,
+    item: Item,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// What an operator asked for, answered by the actor.
+enum Command {
+    Enqueue(Vec<ReadyDelivery>),
+    Reenable {
+        endpoint: Arc<str>,
+        reply: oneshot::Sender<EndpointHealth>,
+    },
+    Reconfigured,
+}
+
+/// Callback the scheduler uses to publish operator events (`hookgate.endpoint.*`). Set by the
+/// supervisor, which knows how to ingest.
+pub type Publisher = Arc<dyn Fn(Arc<str>, &'static str, EndpointHealth) + Send + Sync>;
+
+/// State the API reads without asking the actor.
+#[derive(Default)]
+struct Shared {
+    health: RwLock<HashMap<Arc<str>, EndpointHealth>>,
+    in_flight: Mutex<HashSet<DeliveryId>>,
+    queued: AtomicU64,
+}
+
+/// The handle the rest of the gateway holds. Cheap to clone.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    tx: mpsc::UnboundedSender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl SchedulerHandle {
+    /// Hands committed deliveries to the scheduler. Never blocks.
+    pub fn enqueue(&self, ready: Vec<ReadyDelivery>) {
+        if !ready.is_empty() {
+            let _ = self.tx.send(Command::Enqueue(ready));
+        }
+    }
+
+    /// The endpoint's health as the scheduler knows it (active for an endpoint never seen).
+    pub fn health_of(&self, endpoint: &str) -> EndpointHealth {
+        self.shared
+            .health
+            .read()
+            .expect("health lock")
+            .get(endpoint)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Whether new events should fan out to the endpoint (not paused or disabled).
+    pub fn receives_events(&self, endpoint: &str) -> bool {
+        self.shared
+            .health
+            .read()
+            .expect("health lock")
+            .get(endpoint)
+            .is_none_or(|h| h.state.receives_events())
+    }
+
+    pub fn is_in_flight(&self, id: DeliveryId) -> bool {
+        self.shared
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .contains(&id)
+    }
+
+    /// Deliveries waiting in memory (due or not) plus those in flight.
+    pub fn queue_depth(&self) -> u64 {
+        self.shared.queued.load(Ordering::Relaxed)
+    }
+
+    /// Re-enables an endpoint (→ active, counters reset). Answers the new health.
+    pub async fn reenable(&self, endpoint: Arc<str>) -> Option<EndpointHealth> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Reenable { endpoint, reply }).ok()?;
+        rx.await.ok()
+    }
+
+    /// Tells the scheduler the config changed (endpoints added, changed or removed).
+    pub fn reconfigured(&self) {
+        let _ = self.tx.send(Command::Reconfigured);
+    }
+}
+
+pub struct SchedulerDeps {
+    pub clock: Arc<dyn Clock>,
+    pub store: Arc<dyn Store>,
+    pub config: Arc<ArcSwap<Config>>,
+    pub sender: crate::delivery::Sender,
+    pub plugins: crate::plugins::PluginHost,
+}
+
+/// Builds the scheduler: loads health and pending deliveries from the store. Returns the
+/// handle and the actor, which [`Scheduler::run`] drives until shutdown.
+pub struct Scheduler {
+    actor: Actor,
+}
+
+impl Scheduler {
+    pub async fn load(deps: SchedulerDeps) -> Result<(Scheduler, SchedulerHandle), crate::store::StoreError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
+        let handle = SchedulerHandle {
+            tx,
+            shared: shared.clone(),
+        };
+
+        let mut health_map = HashMap::new();
+        for (name, h) in deps.store.endpoint_health().await? {
+            health_map.insert(Arc::<str>::from(name), h);
+        }
+        *shared.health.write().expect("health lock") = health_map;
+
+        let (changes_tx, changes_rx) = mpsc::unbounded_channel();
+        let env = Arc::new(AttemptEnv {
+            clock: deps.clock.clone(),
+            sender: deps.sender,
+            plugins: deps.plugins,
+        });
+        let mut actor = Actor {
+            clock: deps.clock,
+            store: deps.store,
+            config: deps.config,
+            env,
+            rx,
+            shared,
+            due: BinaryHeap::new(),
+            seq: 0,
+            lanes: HashMap::new(),
+            in_flight: 0,
+            tasks: JoinSet::new(),
+            health_timers: BinaryHeap::new(),
+            changes: changes_tx,
+            changes_rx: Some(changes_rx),
+            publisher: None,
+        };
+        let loaded_health = actor.shared.health.read().expect("health lock").clone();
+        for (name, h) in loaded_health {
+            actor.arm_health_timer(&name, &h);
+        }
+        let pending = actor.store.pending_deliveries().await?;
+        let restored = pending.len();
+        for p in pending {
+            let item = Item {
+                id: p.id,
+                endpoint: p.endpoint,
+                event: None,
+                round: p.round,
+                attempts_made: p.attempts_made,
+                ordering_key: p.ordering_key.map(Arc::from),
+                previous_delay: None,
+                epoch: 0,
+            };
+            actor.admit(item, p.next_attempt_at);
+        }
+        tracing::info!(restored, "scheduler queue rebuilt from the store");
+        Ok((Scheduler { actor }, handle))
+    }
+
+    /// Where operator events go; without one, state changes are only recorded.
+    pub fn set_publisher(&mut self, publisher: Publisher) {
+        self.actor.publisher = Some(publisher);
+    }
+
+    /// Runs until `shutdown`, then lets in-flight attempts finish for up to `grace` and
+    /// flushes every state change to the store.
+    pub async fn run(mut self, shutdown: CancellationToken, grace: Duration) {
+        let changes_rx = self.actor.changes_rx.take().expect("run once");
+        let feeder = tokio::spawn(feed_store(self.actor.store.clone(), changes_rx));
+        self.actor.run(shutdown, grace).await;
+        drop(self.actor);
+        let _ = feeder.await;
+    }
+}
+
+/// Commits state changes in decision order, as many per commit as have piled up meanwhile.
+async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<StateChange>) {
+    let mut batch = Vec::with_capacity(1024);
+    while rx.recv_many(&mut batch, 4096).await > 0 {
+        let changes = std::mem::take(&mut batch);
+        let count = changes.len();
+        if let Err(e) = store.apply(changes).await {
+            // The deliveries stay pending on disk and are attempted again after a restart.
+            tracing::error!(error = %e, count, "could not record delivery outcomes");
+            metrics::counter!("hookgate_store_write_failures_total").increment(1);
+        }
+    }
+}
+
+struct Finished {
+    item: Item,
+    report: Option<AttemptReport>,
+    /// Set when the attempt could not even start (delivery or endpoint gone).
+    skipped: Option<Skip>,
+    /// The event, kept so that a retry needs no read.
+    event: Option<Arc<Event>>,
+}
+
+enum Skip {
+    /// The delivery is no longer pending on disk (finished meanwhile, or purged).
+    Gone,
+    /// The endpoint is no longer in the config.
+    EndpointRemoved,
+}
+
+struct Actor {
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn Store>,
+    config: Arc<ArcSwap<Config>>,
+    env: Arc<AttemptEnv>,
+    rx: mpsc::UnboundedReceiver<Command>,
+    shared: Arc<Shared>,
+    due: BinaryHeap<Reverse<Due>>,
+    seq: u64,
+    lanes: HashMap<Arc<str>, Lane>,
+    in_flight: u32,
+    tasks: JoinSet<Finished>,
+    health_timers: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
+    changes: mpsc::UnboundedSender<StateChange>,
+    changes_rx: Option<mpsc::UnboundedReceiver<StateChange>>,
+    publisher: Option<Publisher>,
+}
+
+impl Actor {
+    async fn run(&mut self, shutdown: CancellationToken, grace: Duration) {
+        loop {
+            let now = self.clock.now();
+            self.fire_health_timers(now);
+            self.move_due_to_lanes(now);
+            let throttle_wake = self.dispatch(now);
+            let next_due = self.due.peek().map(|Reverse(d)| d.at);
+            let next_timer = self.health_timers.peek().map(|Reverse((at, _))| *at);
+            let wake = [next_due, next_timer, throttle_wake].into_iter().flatten().min();
+            let sleep = match wake {
+                Some(at) => self.clock.sleep_until(at),
+                None => Box::pin(std::future::pending()),
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => match done {
+                    Ok(finished) => self.finish(finished),
+                    Err(e) => tracing::error!(error = %e, "an attempt task failed"),
+                },
+                cmd = self.rx.recv() => match cmd {
+                    Some(cmd) => self.command(cmd),
+                    None => break,
+                },
+                _ = sleep => {}
+            }
+        }
+        // Shutdown: no new attempts; the ones in flight get `grace` to finish and be recorded.
+        let deadline = tokio::time::sleep(grace);
+        tokio::pin!(deadline);
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(done) = self.tasks.join_next() => {
+                    if let Ok(finished) = done {
+                        self.finish(finished);
+                    }
+                }
+                _ = &mut deadline => {
+                    tracing::warn!(in_flight = self.tasks.len(), "grace period over; unfinished attempts are retried after restart");
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Enqueue(ready) => {
+                let now = self.clock.now();
+                for r in ready {
+                    if !self.receives_events(&r.endpoint) {
+                        // Fanned out before the endpoint was paused: it never gets this one.
+                        let _ = self.changes.send(StateChange::Finish {
+                            delivery: r.id,
+                            status: DeliveryStatus::Failed,
+                            error: ErrorKind::EndpointPaused.as_str().into(),
+                            now,
+                        });
+                        continue;
+                    }
+                    let item = Item {
+                        id: r.id,
+                        ordering_key: r.event.ordering_key.as_deref().map(Arc::from),
+                        endpoint: r.endpoint,
+                        event: Some(r.event),
+                        round: r.round,
+                        attempts_made: r.attempts_made,
+                        previous_delay: None,
+                        epoch: 0,
+                    };
+                    self.admit(item, r.next_attempt_at);
+                }
+            }
+            Command::Reenable { endpoint, reply } => {
+                let h = self.step_health(&endpoint, HealthInput::Reenable);
+                let _ = reply.send(h);
+            }
+            Command::Reconfigured => self.reconfigure(),
+        }
+    }
+
+    fn lane(&mut self, endpoint: &Arc<str>) -> &mut Lane {
+        let config = self.config.load();
+        self.lanes
+            .entry(endpoint.clone())
+            .or_insert_with(|| Lane::new(endpoint, &config, self.clock.clone()))
+    }
+
+    /// Takes an item into the scheduler: into the heap at `at`, or, for an ordered endpoint
+    /// whose ordering key is busy, behind the key's current head.
+    fn admit(&mut self, mut item: Item, at: Timestamp) {
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        let lane = self.lane(&item.endpoint);
+        item.epoch = lane.epoch;
+        if let Some(held) = lane.hold_if_key_busy(item) {
+            self.push_due(held, at);
+        }
+    }
+
+    fn push_due(&mut self, item: Item, at: Timestamp) {
+        self.seq += 1;
+        self.due.push(Reverse(Due {
+            at,
+            seq: self.seq,
+            item,
+        }));
+    }
+
+    fn move_due_to_lanes(&mut self, now: Timestamp) {
+        while self.due.peek().is_some_and(|Reverse(d)| d.at <= now) {
+            let Reverse(due) = self.due.pop().expect("peeked");
+            let lane = self.lane(&due.item.endpoint);
+            if due.item.epoch != lane.epoch {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            lane.waiting.push_back(due.item);
+        }
+    }
+
+    /// Starts every attempt that lanes, throttles and the global limit allow. Returns when a
+    /// throttled lane may send again, if one is waiting for that.
+    fn dispatch(&mut self, now: Timestamp) -> Option<Timestamp> {
+        let config = self.config.load_full();
+        let global_limit = config.delivery.max_in_flight;
+        let mut throttle_wake: Option<Timestamp> = None;
+        let names: Vec<Arc<str>> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| !l.waiting.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            loop {
+                if self.in_flight >= global_limit {
+                    return throttle_wake;
+                }
+                let lane = self.lanes.get_mut(&name).expect("lane exists");
+                match lane.next_ready(now) {
+                    lane::Next::Go(item) => {
+                        self.in_flight += 1;
+                        self.start(item, &config);
+                    }
+                    lane::Next::NotUntil(at) => {
+                        throttle_wake = Some(throttle_wake.map_or(at, |t| t.min(at)));
+                        break;
+                    }
+                    lane::Next::Nothing => break,
+                }
+            }
+        }
+        throttle_wake
+    }
+
+    fn start(&mut self, item: Item, config: &Arc<Config>) {
+        self.shared
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .insert(item.id);
+        let env = self.env.clone();
+        let store = self.store.clone();
+        let config = config.clone();
+        self.tasks.spawn(async move {
+            let event = match &item.event {
+                Some(e) => e.clone(),
+                None => match store.delivery_for_attempt(item.id).await {
+                    Ok(Some(d)) if d.status == DeliveryStatus::Pending && d.round == item.round => d.event,
+                    Ok(_) => return Finished { item, report: None, skipped: Some(Skip::Gone), event: None },
+                    Err(e) => {
+                        // Could not read it now; the disk still says pending, so it is not lost.
+                        tracing::warn!(delivery = %item.id, error = %e, "could not load a delivery for its attempt");
+                        return Finished { item, report: None, skipped: Some(Skip::Gone), event: None };
+                    }
+                },
+            };
+            let Some(endpoint) = config.endpoints.get(&item.endpoint).cloned() else {
+                return Finished { item, report: None, skipped: Some(Skip::EndpointRemoved), event: Some(event) };
+            };
+            let policy = config.policy_for(&endpoint, &event.topic);
+            let report = attempt::perform(
+                &env,
+                AttemptInput {
+                    endpoint: &endpoint,
+                    policy: &policy,
+                    event: &event,
+                    delivery_id: item.id.to_string(),
+                    attempt: item.attempts_made + 1,
+                    max_attempts: policy.max_attempts(),
+                    timeout: endpoint.timeout.unwrap_or(config.delivery.timeout),
+                    previous_delay: item.previous_delay,
+                },
+            )
+            .await;
+            Finished { item, report: Some(report), skipped: None, event: Some(event) }
+        });
+    }
+
+    fn finish(&mut self, done: Finished) {
+        let Finished {
+            mut item,
+            report,
+            skipped,
+            event,
+        } = done;
+        self.in_flight -= 1;
+        self.shared
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .remove(&item.id);
+        let now = self.clock.now();
+        if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
+            lane.in_flight -= 1;
+        }
+        let Some(report) = report else {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            match skipped {
+                Some(Skip::EndpointRemoved) => {
+                    let _ = self.changes.send(StateChange::Finish {
+                        delivery: item.id,
+                        status: DeliveryStatus::Failed,
+                        error: ErrorKind::EndpointRemoved.as_str().into(),
+                        now,
+                    });
+                }
+                Some(Skip::Gone) | None => {}
+            }
+            self.release_key(&item);
+            return;
+        };
+        let config = self.config.load_full();
+        let endpoint_cfg = config.endpoints.get(&item.endpoint).cloned();
+        let event = event.expect("an attempt that ran had its event");
+        let n = item.attempts_made + 1;
+
+        let (outcome, dropped) = match &report.result {
+            AttemptResult::Sent(o) => (o.clone(), None),
+            AttemptResult::Dropped { reason } => (Outcome::Delivered { status: 0 }, Some(reason.clone())),
+        };
+
+        // Health counts what the receiver did: a plugin failure or a drop says nothing about it.
+        let health_input = match (&report.result, outcome.error_kind()) {
+            (AttemptResult::Dropped { .. }, _) | (_, Some(ErrorKind::PluginError)) => None,
+            (_, None) => Some(HealthInput::AttemptSucceeded),
+            (_, Some(_)) => Some(HealthInput::AttemptFailed {
+                gone: outcome.is_gone(),
+            }),
+        };
+        let health_write = health_input.map(|input| self.health_change(&item.endpoint, input, now));
+
+        let policy = match &endpoint_cfg {
+            Some(ep) => config.policy_for(ep, &event.topic),
+            None => Arc::new(policy::Policy::standard()),
+        };
+        let was_dropped = dropped.is_some();
+        let step = if was_dropped {
+            NextStep::Done
+        } else {
+            policy::plan_next(
+                &policy,
+                &RetryContext {
+                    attempts_made: n,
+                    event_received_at: event.received_at,
+                    now,
+                    outcome: &outcome,
+                    jitter_sample: rand::rng().random_range(-1.0..=1.0),
+                    plugin_decision: report.backoff.clone(),
+                },
+            )
+        };
+        let dead_letter = endpoint_cfg.as_ref().is_some_and(|e| e.dead_letter);
+        let failed_status = if dead_letter {
+            DeliveryStatus::Dead
+        } else {
+            DeliveryStatus::Failed
+        };
+        let still_receiving = self.receives_events(&item.endpoint);
+        let attempt_error = match &outcome {
+            Outcome::Failed { kind, detail, .. } => Some(format!("{kind}: {detail}")),
+            Outcome::Delivered { .. } => None,
+        };
+        let (status, next_at, last_error) = match step {
+            NextStep::Done => (
+                DeliveryStatus::Succeeded,
+                None,
+                dropped.map(|r| format!("dropped_by_plugin: {r}")),
+            ),
+            NextStep::RetryAt(_) if endpoint_cfg.is_none() => (
+                DeliveryStatus::Failed,
+                None,
+                Some(ErrorKind::EndpointRemoved.as_str().to_owned()),
+            ),
+            NextStep::RetryAt(_) if !still_receiving => (
+                DeliveryStatus::Failed,
+                None,
+                Some(ErrorKind::EndpointPaused.as_str().to_owned()),
+            ),
+            NextStep::RetryAt(at) => (DeliveryStatus::Pending, Some(at), attempt_error),
+            NextStep::GiveUp(reason) => {
+                let why = match (&reason, &attempt_error) {
+                    (GiveUpReason::Exhausted | GiveUpReason::DeadlineReached, Some(e)) => {
+                        format!("{}: {e}", reason.as_str())
+                    }
+                    _ => reason.as_str().to_owned(),
+                };
+                (failed_status, None, Some(why))
+            }
+        };
+        if !was_dropped {
+            let kind = outcome.error_kind().map_or("delivered", ErrorKind::as_str);
+            metrics::counter!("hookgate_attempts_total", "endpoint" => item.endpoint.to_string(), "outcome" => kind)
+                .increment(1);
+            metrics::histogram!("hookgate_attempt_duration_seconds", "endpoint" => item.endpoint.to_string())
+                .record(report.duration.as_secs_f64());
+        }
+        if status.is_final() {
+            metrics::counter!("hookgate_deliveries_total", "endpoint" => item.endpoint.to_string(), "status" => status.as_str())
+                .increment(1);
+        }
+        match &outcome {
+            Outcome::Failed {
+                kind, status: code, ..
+            } => tracing::info!(
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, error_kind = %kind,
+                status_code = ?code, next = ?next_at, "attempt failed"
+            ),
+            Outcome::Delivered { status: code } => tracing::debug!(
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, status_code = code, "attempt delivered"
+            ),
+        }
+
+        let _ = self.changes.send(StateChange::Attempt(AttemptWrite {
+            delivery: item.id,
+            round: item.round,
+            attempt: Attempt::from_outcome(
+                n,
+                report.started_at,
+                report.duration.as_millis() as u64,
+                &outcome,
+            ),
+            plugin_note: report.plugin_note.clone(),
+            status,
+            next_attempt_at: next_at,
+            last_error,
+            health: None,
+        }));
+        if let Some((write, effects)) = health_write {
+            let _ = self.changes.send(StateChange::Health(write.clone()));
+            self.apply_effects(&item.endpoint, &write.health, effects, now);
+        }
+
+        match next_at {
+            Some(at) if status == DeliveryStatus::Pending => {
+                item.attempts_made = n;
+                item.event = Some(event);
+                item.previous_delay = Some(at.since(now));
+                // Keeps its ordering key busy: the next event of the key waits for this one.
+                self.push_due(item, at);
+            }
+            _ => {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                self.release_key(&item);
+            }
+        }
+    }
+
+    /// An item is done for good: let the next event of its ordering key go.
+    fn release_key(&mut self, item: &Item) {
+        let Some(key) = &item.ordering_key else { return };
+        let Some(lane) = self.lanes.get_mut(&item.endpoint) else {
+            return;
+        };
+        if let Some(next) = lane.release_key(key, item.epoch) {
+            lane.waiting.push_back(next);
+        }
+    }
+
+    fn receives_events(&self, endpoint: &str) -> bool {
+        self.shared
+            .health
+            .read()
+            .expect("health lock")
+            .get(endpoint)
+            .is_none_or(|h| h.state.receives_events())
+    }
+
+    /// Steps the health machine and returns the write and the effects, updating shared state.
+    fn health_change(
+        &mut self,
+        endpoint: &Arc<str>,
+        input: HealthInput,
+        now: Timestamp,
+    ) -> (HealthWrite, Vec<Effect>) {
+        let rules = self.config.load().health.rules.clone();
+        let current = self
+            .shared
+            .health
+            .read()
+            .expect("health lock")
+            .get(endpoint)
+            .cloned()
+            .unwrap_or_default();
+        let step = health::step(&rules, &current, input, now);
+        self.shared
+            .health
+            .write()
+            .expect("health lock")
+            .insert(endpoint.clone(), step.health.clone());
+        for t in &step.transitions {
+            tracing::warn!(endpoint = %endpoint, from = %t.from, to = %t.to, reason = %t.reason, "endpoint state changed");
+        }
+        self.arm_health_timer(endpoint, &step.health);
+        (
+            HealthWrite {
+                endpoint: endpoint.clone(),
+                health: step.health,
+                transitions: step.transitions,
+            },
+            step.effects,
+        )
+    }
+
+    /// Steps health outside an attempt (timer, re-enable), records it and applies effects.
+    fn step_health(&mut self, endpoint: &Arc<str>, input: HealthInput) -> EndpointHealth {
+        let now = self.clock.now();
+        let (write, effects) = self.health_change(endpoint, input, now);
+        let health = write.health.clone();
+        let _ = self.changes.send(StateChange::Health(write));
+        self.apply_effects(endpoint, &health, effects, now);
+        health
+    }
+
+    fn apply_effects(
+        &mut self,
+        endpoint: &Arc<str>,
+        health: &EndpointHealth,
+        effects: Vec<Effect>,
+        now: Timestamp,
+    ) {
+        for effect in effects {
+            match effect {
+                Effect::StopDeliveries => {
+                    let dropped = self.lane(endpoint).stop();
+                    self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
+                    let _ = self.changes.send(StateChange::FailPending {
+                        endpoint: endpoint.clone(),
+                        kind: ErrorKind::EndpointPaused,
+                        status: DeliveryStatus::Failed,
+                        now,
+                    });
+                }
+                Effect::ResumeDeliveries => {}
+                Effect::Publish { event_type } => {
+                    if let Some(publish) = &self.publisher {
+                        publish(endpoint.clone(), event_type, health.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn arm_health_timer(&mut self, endpoint: &Arc<str>, h: &EndpointHealth) {
+        let rules = &self.config.load().health.rules;
+        if let Some(at) = health::next_deadline(rules, h) {
+            self.health_timers.push(Reverse((at, endpoint.clone())));
+        }
+    }
+
+    fn fire_health_timers(&mut self, now: Timestamp) {
+        while self
+            .health_timers
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now)
+        {
+            let Reverse((at, endpoint)) = self.health_timers.pop().expect("peeked");
+            let rules = self.config.load().health.rules.clone();
+            let current = self.health_of(&endpoint);
+            // A timer armed for an older state is stale: only the current deadline counts.
+            if health::next_deadline(&rules, &current) == Some(at) {
+                self.step_health(&endpoint, HealthInput::Tick);
+            }
+        }
+    }
+
+    fn health_of(&self, endpoint: &str) -> EndpointHealth {
+        self.shared
+            .health
+            .read()
+            .expect("health lock")
+            .get(endpoint)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The config changed: lanes pick up new limits; endpoints that are gone end their waiting
+    /// deliveries with `endpoint_removed`.
+    fn reconfigure(&mut self) {
+        let config = self.config.load_full();
+        let now = self.clock.now();
+        let removed: Vec<Arc<str>> = self
+            .lanes
+            .keys()
+            .filter(|name| !config.endpoints.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in removed {
+            if let Some(mut lane) = self.lanes.remove(&name) {
+                let dropped = lane.stop();
+                self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
+                // Keep an epoch past the old one so heap entries of the removed lane stay stale
+                // if an endpoint of the same name comes back.
+                let mut fresh = Lane::new(&name, &config, self.clock.clone());
+                fresh.epoch = lane.epoch;
+                if lane.in_flight > 0 {
+                    fresh.in_flight = lane.in_flight;
+                }
+                self.lanes.insert(name.clone(), fresh);
+            }
+            let _ = self.changes.send(StateChange::FailPending {
+                endpoint: name,
+                kind: ErrorKind::EndpointRemoved,
+                status: DeliveryStatus::Failed,
+                now,
+            });
+        }
+        for (name, lane) in self.lanes.iter_mut() {
+            lane.reconfigure(name, &config, self.clock.clone());
+        }
+    }
+}
