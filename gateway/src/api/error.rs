@@ -1,0 +1,114 @@
+//! The API's one error type: a status, a snake_case code and a message, answered as
+//! `{"error": {"code": "...", "message": "..."}}`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::store::StoreError;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Seconds, for 429 and 503.
+    pub retry_after: Option<u64>,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ErrorDetail {
+    /// Stable, snake_case: scripts may match on it.
+    code: &'static str,
+    /// For humans.
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::DuplicateEvent { topic, id } => ApiError::conflict(
+                "duplicate_event",
+                format!("event `{id}` already exists in topic `{topic}`"),
+            ),
+            StoreError::NotFound(what) => ApiError::not_found("not_found", format!("{what} not found")),
+            StoreError::Conflict(message) => ApiError::conflict("conflict", message),
+            StoreError::Unavailable(message) => {
+                tracing::warn!(error = %message, "storage unavailable; refusing the write");
+                ApiError::unavailable("storage is unavailable; nothing was written, retry later")
+            }
+            StoreError::Internal(message) => {
+                tracing::error!(error = %message, "storage error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "an internal error occurred",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let retry_after = self.retry_after;
+        let mut response = (
+            self.status,
+            Json(ErrorBody {
+                error: ErrorDetail {
+                    code: self.code,
+                    message: self.message,
+                },
+            }),
+        )
+            .into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}

@@ -1,0 +1,479 @@
+//! Ingestion (`POST /v1/topics/{topic}/events`, `.../events/batch`) and `GET /v1/events/{id}`.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::Caller;
+use super::idempotency::{self, Begin};
+use super::views::{DeliveryView, EventView};
+use super::{ApiError, AppState};
+use crate::ingest::NewEvent;
+use crate::store::{DeliveryFilter, IngestOutcome};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(ingest_one))
+        .routes(routes!(ingest_batch))
+        .routes(routes!(get_event))
+}
+
+/// Events per batch request at most.
+const MAX_BATCH: usize = 1000;
+const MAX_ID_LEN: usize = 255;
+
+/// One event, structured form.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventIn {
+    /// The event type, e.g. `order.created`; endpoints filter on it.
+    #[serde(rename = "type")]
+    event_type: String,
+    /// Any JSON; delivered byte for byte as given.
+    #[schema(value_type = Object)]
+    payload: Box<RawValue>,
+    /// Your own id, unique per topic; a second event with the same id is refused (409).
+    /// Default: a generated `evt_…` id.
+    id: Option<String>,
+    /// Events with the same key reach an `ordered` endpoint strictly in ingestion order.
+    ordering_key: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchIn {
+    /// At most 1000 events; all are accepted or none.
+    events: Vec<EventIn>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Accepted {
+    /// The event's id, also sent as `webhook-id`.
+    id: String,
+    /// How many endpoints will receive it.
+    deliveries: usize,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BatchAccepted {
+    ids: Vec<String>,
+    deliveries: usize,
+}
+
+/// Reads the body, refusing (413) anything over the configured limit without buffering it.
+pub(super) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is over the limit of {limit} bytes"),
+        )
+    };
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(too_large());
+    }
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => Err(ApiError::bad_request(
+            "unreadable_body",
+            format!("could not read the body: {e}"),
+        )),
+    }
+}
+
+fn is_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| {
+        let essence = ct
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        essence == "application/json" || essence.ends_with("+json")
+    })
+}
+
+fn valid_text(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > MAX_ID_LEN || value.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`{field}` must be 1-{MAX_ID_LEN} characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn valid_id(value: &str) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > MAX_ID_LEN || !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`id` must be 1-{MAX_ID_LEN} visible ASCII characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// JSON nested deeper than this is refused: receivers' parsers choke on it, and nothing real
+/// needs it.
+const MAX_JSON_DEPTH: usize = 64;
+
+/// The deepest nesting of arrays and objects in a JSON text (strings are skipped).
+fn json_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
+    valid_text("type", &e.event_type)?;
+    if json_depth(e.payload.get().as_bytes()) > MAX_JSON_DEPTH {
+        return Err(ApiError::bad_request(
+            "payload_too_deep",
+            format!("the payload nests deeper than {MAX_JSON_DEPTH} levels"),
+        ));
+    }
+    if let Some(id) = &e.id {
+        valid_id(id)?;
+    }
+    if let Some(key) = &e.ordering_key {
+        valid_text("ordering_key", key)?;
+    }
+    Ok(NewEvent {
+        id: e.id,
+        topic: topic.to_owned(),
+        event_type: e.event_type,
+        content_type: "application/json".into(),
+        payload: Bytes::copy_from_slice(e.payload.get().as_bytes()),
+        ordering_key: e.ordering_key,
+    })
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("invalid_header", format!("`{name}` must be ASCII text")))
+        })
+        .transpose()
+}
+
+fn bad_json(e: serde_json::Error) -> ApiError {
+    ApiError::bad_request("malformed_body", format!("the body is not a valid event: {e}"))
+}
+
+struct Ingest {
+    topic: String,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+    path: String,
+}
+
+async fn begin_ingest(state: &AppState, topic: String, request: Request) -> Result<Ingest, ApiError> {
+    let caller = request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .expect("authenticate sets the caller");
+    let config = state.config.load_full();
+    state
+        .rate_limits
+        .check(&caller, config.server.rate_limit_per_key)?;
+    if !config.has_topic(&topic) {
+        return Err(ApiError::not_found(
+            "unknown_topic",
+            format!("no topic `{topic}` is configured"),
+        ));
+    }
+    let path = request.uri().path().to_owned();
+    let (parts, body) = request.into_parts();
+    let body = read_body(body, &parts.headers, config.server.max_body_bytes).await?;
+    Ok(Ingest {
+        topic,
+        caller,
+        headers: parts.headers,
+        body,
+        path,
+    })
+}
+
+/// Commits prepared events with the idempotency record, or replays the first answer.
+async fn commit<T: Serialize>(
+    state: &AppState,
+    req: &Ingest,
+    events: Vec<NewEvent>,
+    answer: impl FnOnce(&crate::ingest::Prepared) -> T,
+) -> Result<Response, ApiError> {
+    let content_type = req
+        .headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    let event_type = req
+        .headers
+        .get("event-type")
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    let event_id = req
+        .headers
+        .get("event-id")
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    let hash = idempotency::request_hash(
+        "POST",
+        &req.path,
+        &[content_type, event_type, event_id, &req.body],
+    );
+    let claim = match idempotency::begin(state, &req.caller, &req.headers, hash).await? {
+        Begin::Replay(response) => return Ok(response),
+        Begin::NoKey => None,
+        Begin::Fresh(claim) => Some(claim),
+    };
+    let prepared = state.ingestor.prepare(events);
+    let body = Bytes::from(serde_json::to_vec(&answer(&prepared)).expect("answers serialize"));
+    let record = claim
+        .as_ref()
+        .map(|c| c.record(StatusCode::ACCEPTED, body.clone(), prepared.now));
+    match state.ingestor.commit(prepared, record).await? {
+        IngestOutcome::Committed(_) => Ok((
+            StatusCode::ACCEPTED,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()),
+        // Another process (or a restart) committed this key between our lookup and our write.
+        IngestOutcome::AlreadyDone(first) => Ok(idempotency::replay(&first)),
+    }
+}
+
+/// Ingest one event.
+///
+/// JSON bodies are the structured form. Any other `Content-Type` is taken raw: the body is the
+/// payload, delivered with that content type; the headers `Event-Type` (required), `Event-Id`
+/// and `Ordering-Key` carry the rest. Answers only after the event and its deliveries are
+/// durably committed.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/events",
+    tag = "events",
+    params(("topic" = String, Path, description = "A configured topic"),
+           ("Idempotency-Key" = Option<String>, Header, description = "Same key and body: the first answer again")),
+    request_body(content = EventIn, description = "The structured form; or any non-JSON body with an Event-Type header"),
+    responses(
+        (status = 202, description = "Committed", body = Accepted),
+        (status = 400, description = "Malformed", body = super::error::ErrorBody),
+        (status = 404, description = "Unknown topic", body = super::error::ErrorBody),
+        (status = 409, description = "Duplicate id or idempotency key in use", body = super::error::ErrorBody),
+        (status = 413, description = "Body over the limit", body = super::error::ErrorBody),
+        (status = 422, description = "Idempotency key reused with another body", body = super::error::ErrorBody),
+        (status = 429, description = "Rate limited", body = super::error::ErrorBody),
+        (status = 503, description = "Overloaded or storage unavailable", body = super::error::ErrorBody),
+    )
+)]
+async fn ingest_one(
+    State(state): State<AppState>,
+    Path(topic): Path<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let req = begin_ingest(&state, topic, request).await?;
+    let content_type = header_text(&req.headers, "content-type")?;
+    let event = if is_json(content_type) {
+        let parsed: EventIn = serde_json::from_slice(&req.body).map_err(bad_json)?;
+        structured(&req.topic, parsed)?
+    } else {
+        let event_type = header_text(&req.headers, "event-type")?.ok_or_else(|| {
+            ApiError::bad_request(
+                "missing_event_type",
+                "a raw (non-JSON) body needs an `Event-Type` header",
+            )
+        })?;
+        valid_text("Event-Type", event_type)?;
+        let id = header_text(&req.headers, "event-id")?;
+        if let Some(id) = id {
+            valid_id(id)?;
+        }
+        let ordering_key = header_text(&req.headers, "ordering-key")?;
+        if let Some(key) = ordering_key {
+            valid_text("Ordering-Key", key)?;
+        }
+        NewEvent {
+            id: id.map(str::to_owned),
+            topic: req.topic.clone(),
+            event_type: event_type.to_owned(),
+            content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
+            payload: req.body.clone(),
+            ordering_key: ordering_key.map(str::to_owned),
+        }
+    };
+    commit(&state, &req, vec![event], |p| Accepted {
+        id: p.items[0].event.id.clone(),
+        deliveries: p.delivery_count(),
+    })
+    .await
+}
+
+/// Ingest up to 1000 events in one request and one commit; all or none.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/events/batch",
+    tag = "events",
+    params(("topic" = String, Path, description = "A configured topic"),
+           ("Idempotency-Key" = Option<String>, Header, description = "Same key and body: the first answer again")),
+    request_body = BatchIn,
+    responses(
+        (status = 202, description = "Committed", body = BatchAccepted),
+        (status = 400, description = "Malformed or too many events", body = super::error::ErrorBody),
+        (status = 404, description = "Unknown topic", body = super::error::ErrorBody),
+        (status = 409, description = "A duplicate id", body = super::error::ErrorBody),
+        (status = 413, description = "Body over the limit", body = super::error::ErrorBody),
+        (status = 503, description = "Overloaded or storage unavailable", body = super::error::ErrorBody),
+    )
+)]
+async fn ingest_batch(
+    State(state): State<AppState>,
+    Path(topic): Path<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let req = begin_ingest(&state, topic, request).await?;
+    if !is_json(header_text(&req.headers, "content-type")?) {
+        return Err(ApiError::bad_request(
+            "malformed_body",
+            "a batch is JSON: {\"events\": [...]}",
+        ));
+    }
+    let batch: BatchIn = serde_json::from_slice(&req.body).map_err(bad_json)?;
+    if batch.events.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty_batch",
+            "a batch needs at least one event",
+        ));
+    }
+    if batch.events.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(
+            "batch_too_large",
+            format!("{} events; a batch holds at most {MAX_BATCH}", batch.events.len()),
+        ));
+    }
+    let mut events = Vec::with_capacity(batch.events.len());
+    let mut seen = std::collections::HashSet::new();
+    for e in batch.events {
+        let event = structured(&req.topic, e)?;
+        if let Some(id) = &event.id
+            && !seen.insert(id.clone())
+        {
+            return Err(ApiError::conflict(
+                "duplicate_event",
+                format!("event id `{id}` appears twice in the batch"),
+            ));
+        }
+        events.push(event);
+    }
+    commit(&state, &req, events, |p| BatchAccepted {
+        ids: p.ids(),
+        deliveries: p.delivery_count(),
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct EventQuery {
+    /// Needed only when the same id exists in several topics.
+    topic: Option<String>,
+}
+
+/// An event and its deliveries.
+#[utoipa::path(
+    get,
+    path = "/v1/events/{id}",
+    tag = "events",
+    params(("id" = String, Path, description = "The event id"), EventQuery),
+    responses(
+        (status = 200, description = "The event", body = EventView),
+        (status = 404, description = "No such event", body = super::error::ErrorBody),
+        (status = 409, description = "The id exists in several topics: pass ?topic=", body = super::error::ErrorBody),
+    )
+)]
+async fn get_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EventQuery>,
+) -> Result<Json<EventView>, ApiError> {
+    let mut found = state.store.event(&id, query.topic.as_deref()).await?;
+    if found.len() > 1 {
+        let topics: Vec<&str> = found.iter().map(|e| e.topic.as_str()).collect();
+        return Err(ApiError::conflict(
+            "ambiguous_event_id",
+            format!(
+                "event `{id}` exists in topics {}; pass ?topic=",
+                topics.join(", ")
+            ),
+        ));
+    }
+    let event = found
+        .pop()
+        .ok_or_else(|| ApiError::not_found("event_not_found", format!("no event `{id}`")))?;
+    let rows = state
+        .store
+        .deliveries(DeliveryFilter {
+            event_id: Some(event.id.clone()),
+            limit: 1000,
+            ..Default::default()
+        })
+        .await?;
+    let deliveries = rows
+        .into_iter()
+        .filter(|r| r.topic == event.topic)
+        .map(|r| {
+            let in_flight = state.scheduler.is_in_flight(r.id);
+            DeliveryView::new(r, in_flight)
+        })
+        .collect();
+    Ok(Json(EventView::new(event, deliveries)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_depth;
+
+    #[test]
+    fn json_depth_counts_nesting_and_skips_strings() {
+        assert_eq!(json_depth(b"1"), 0);
+        assert_eq!(json_depth(br#"{"a": [1, {"b": 2}]}"#), 3);
+        assert_eq!(json_depth(br#"{"a": "[[[[{{{{"}"#), 1);
+        assert_eq!(json_depth(br#"["\"[[[", [[]]]"#), 3);
+    }
+}

@@ -1,0 +1,130 @@
+//! The HTTP API (axum on hyper). The only module that knows the JSON shapes.
+//!
+//! One file per resource, each with its own router; the routes are registered through
+//! `utoipa-axum`, so the OpenAPI document at `/openapi.json` is generated from the very
+//! handlers that serve them and cannot drift from them.
+
+mod auth;
+mod deliveries;
+mod endpoints;
+mod error;
+mod events;
+mod idempotency;
+mod ops;
+mod policies;
+mod views;
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+pub use error::ApiError;
+
+use self::auth::BearerScheme;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::ingest::Ingestor;
+use crate::scheduler::SchedulerHandle;
+use crate::scheduler::attempt::AttemptEnv;
+use crate::store::Store;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) scheduler: SchedulerHandle,
+    pub(crate) ingestor: Ingestor,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) attempts: Arc<AttemptEnv>,
+    pub(crate) idempotency: idempotency::InFlight,
+    pub(crate) metrics: Option<PrometheusHandle>,
+    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+    pub(crate) rate_limits: auth::RateLimits,
+}
+
+/// What `GET /v1/status` reports besides counters: when the gateway started and how the last
+/// config reload went.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeStatus {
+    pub started_at: Option<crate::model::Timestamp>,
+    pub last_reload: Option<ReloadStatus>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReloadStatus {
+    pub at: crate::model::Timestamp,
+    pub ok: bool,
+    /// `file:line: path: reason` lines when the reload was refused.
+    pub errors: Vec<String>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "hookgate",
+        description = "Webhook delivery gateway: ingest events, deliver them with retries, watch endpoint health, recover missed events."
+    ),
+    components(schemas(error::ErrorBody)),
+    modifiers(&BearerScheme)
+)]
+struct ApiDoc;
+
+/// The API's router and its OpenAPI document.
+pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
+    let (routes, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(events::router())
+        .merge(deliveries::router())
+        .merge(endpoints::router())
+        .merge(policies::router())
+        .merge(ops::router())
+        .split_for_parts();
+    let doc = Arc::new(openapi.clone());
+    let router = routes
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .fallback(|| async { ApiError::not_found("route_not_found", "no such route") })
+        .with_state(state);
+    (router, openapi)
+}
+
+impl AppState {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        config: Arc<ArcSwap<Config>>,
+        store: Arc<dyn Store>,
+        scheduler: SchedulerHandle,
+        ingestor: Ingestor,
+        clock: Arc<dyn Clock>,
+        attempts: Arc<AttemptEnv>,
+        metrics: Option<PrometheusHandle>,
+        status: Arc<Mutex<RuntimeStatus>>,
+    ) -> Self {
+        AppState {
+            config,
+            store,
+            scheduler,
+            ingestor,
+            clock,
+            attempts,
+            idempotency: idempotency::InFlight::default(),
+            metrics,
+            status,
+            rate_limits: auth::RateLimits::default(),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Liveness, Prometheus metrics and the runtime status.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use crate::model::{EndpointState, Timestamp};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(status))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Liveness {
+    status: &'static str,
+}
+
+/// Liveness: 200 while the gateway serves.
+#[utoipa::path(get, path = "/healthz", tag = "ops", security(()),
+    responses((status = 200, description = "Alive", body = Liveness)))]
+async fn healthz() -> Json<Liveness> {
+    Json(Liveness { status: "ok" })
+}
+
+/// Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "ops", security(()),
+    responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    // Gauges that are cheaper to read at scrape time than to keep up to date.
+    metrics::gauge!("hookgate_queue_depth").set(state.scheduler.queue_depth() as f64);
+    let config = state.config.load();
+    for name in config.endpoints.keys() {
+        let current = state.scheduler.health_of(name).state;
+        for s in [
+            EndpointState::Active,
+            EndpointState::Degraded,
+            EndpointState::Paused,
+            EndpointState::Disabled,
+        ] {
+            metrics::gauge!("hookgate_endpoint_state", "endpoint" => name.to_string(), "state" => s.as_str())
+                .set(if s == current { 1.0 } else { 0.0 });
+        }
+    }
+    match &state.metrics {
+        Some(handle) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            handle.render(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are not enabled").into_response(),
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ReloadView {
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+    ok: bool,
+    /// `file:line: path: reason` lines of a refused reload.
+    errors: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StatusView {
+    version: &'static str,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    started_at: Option<Timestamp>,
+    /// The gateway's clock (simulated under --time-scale).
+    #[schema(value_type = String, format = DateTime)]
+    now: Timestamp,
+    config_file: Option<String>,
+    endpoints: usize,
+    topics: usize,
+    /// Deliveries the scheduler holds (waiting or in flight).
+    queue_depth: u64,
+    last_reload: Option<ReloadView>,
+}
+
+/// What the gateway is running: version, config, queue depth and the last config reload.
+#[utoipa::path(get, path = "/v1/status", tag = "ops",
+    responses((status = 200, description = "Status", body = StatusView)))]
+async fn status(State(state): State<AppState>) -> Json<StatusView> {
+    let config = state.config.load();
+    let runtime = state.status.lock().expect("status lock").clone();
+    Json(StatusView {
+        version: env!("CARGO_PKG_VERSION"),
+        started_at: runtime.started_at,
+        now: state.clock.now(),
+        config_file: config.source.as_ref().map(|p| p.display().to_string()),
+        endpoints: config.endpoints.len(),
+        topics: config.topics.len(),
+        queue_depth: state.scheduler.queue_depth(),
+        last_reload: runtime.last_reload.map(|r| ReloadView {
+            at: r.at,
+            ok: r.ok,
+            errors: r.errors,
+        }),
+    })
+}

@@ -1,0 +1,275 @@
+//! The JSON shapes of the API (SPEC §11). Times are RFC 3339 UTC strings.
+
+use base64::Engine;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::config::EndpointConfig;
+use crate::health::EndpointHealth;
+use crate::model::{DeliveryStatus, EndpointState, Event, Timestamp};
+use crate::store::{AttemptRow, DeliveryRow, HistoryEntry};
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DeliveryView {
+    /// `dlv_<n>`
+    pub(crate) id: String,
+    pub(crate) event_id: String,
+    pub(crate) topic: String,
+    pub(crate) event_type: String,
+    pub(crate) endpoint: String,
+    /// pending, delivering, succeeded, failed or dead.
+    #[schema(value_type = String, example = "pending")]
+    pub(crate) status: DeliveryStatus,
+    /// Attempts of the current round (a redeliver starts a new round).
+    pub(crate) attempt_count: u32,
+    pub(crate) round: u32,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) next_attempt_at: Option<Timestamp>,
+    pub(crate) last_error: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) updated_at: Timestamp,
+}
+
+impl DeliveryView {
+    /// `in_flight`: an attempt is running right now, which the store does not record.
+    pub(crate) fn new(row: DeliveryRow, in_flight: bool) -> Self {
+        let status = if in_flight && row.status == DeliveryStatus::Pending {
+            DeliveryStatus::Delivering
+        } else {
+            row.status
+        };
+        DeliveryView {
+            id: row.id.to_string(),
+            event_id: row.event_id,
+            topic: row.topic,
+            event_type: row.event_type,
+            endpoint: row.endpoint,
+            status,
+            attempt_count: row.attempt_count,
+            round: row.round,
+            next_attempt_at: row.next_attempt_at,
+            last_error: row.last_error,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AttemptView {
+    /// 1 for the first attempt of a round.
+    pub(crate) n: u32,
+    pub(crate) round: u32,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) started_at: Timestamp,
+    pub(crate) duration_ms: u64,
+    pub(crate) status_code: Option<u16>,
+    /// timeout, connect, tls, dns, http_status, redirect, blocked_address, plugin_error, …
+    pub(crate) error_kind: Option<String>,
+    pub(crate) error: Option<String>,
+    /// Plugins that ran, with their time.
+    pub(crate) plugins: Option<String>,
+}
+
+impl From<AttemptRow> for AttemptView {
+    fn from(row: AttemptRow) -> Self {
+        AttemptView {
+            n: row.attempt.n,
+            round: row.round,
+            started_at: row.attempt.started_at,
+            duration_ms: row.attempt.duration_ms,
+            status_code: row.attempt.status_code,
+            error_kind: row.attempt.error_kind.map(|k| k.as_str().to_owned()),
+            error: row.attempt.error,
+            plugins: row.plugin_note,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DeliveryDetailView {
+    #[serde(flatten)]
+    pub(crate) delivery: DeliveryView,
+    pub(crate) attempts: Vec<AttemptView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct DeliveryList {
+    pub(crate) deliveries: Vec<DeliveryView>,
+    /// Pass as `cursor` for the next (older) page; null on the last page.
+    pub(crate) next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventView {
+    pub(crate) id: String,
+    pub(crate) topic: String,
+    #[serde(rename = "type")]
+    pub(crate) event_type: String,
+    pub(crate) content_type: String,
+    pub(crate) ordering_key: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) received_at: Timestamp,
+    /// The payload: JSON as JSON, other UTF-8 text as a string; binary only in `payload_base64`.
+    #[schema(value_type = Object)]
+    pub(crate) payload: Option<serde_json::Value>,
+    pub(crate) payload_base64: Option<String>,
+    pub(crate) deliveries: Vec<DeliveryView>,
+}
+
+impl EventView {
+    pub(crate) fn new(event: Event, deliveries: Vec<DeliveryView>) -> Self {
+        let json = event.content_type.starts_with("application/json") || event.content_type.contains("+json");
+        let (payload, payload_base64) = match (json, std::str::from_utf8(&event.payload)) {
+            (true, Ok(text)) => match serde_json::from_str(text) {
+                Ok(v) => (Some(v), None),
+                Err(_) => (Some(serde_json::Value::String(text.to_owned())), None),
+            },
+            (false, Ok(text)) => (Some(serde_json::Value::String(text.to_owned())), None),
+            (_, Err(_)) => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(&event.payload)),
+            ),
+        };
+        EventView {
+            id: event.id,
+            topic: event.topic,
+            event_type: event.event_type,
+            content_type: event.content_type,
+            ordering_key: event.ordering_key,
+            received_at: event.received_at,
+            payload,
+            payload_base64,
+            deliveries,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HistoryView {
+    #[schema(value_type = String, example = "degraded")]
+    pub(crate) state: EndpointState,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) at: Timestamp,
+    pub(crate) reason: String,
+}
+
+impl From<HistoryEntry> for HistoryView {
+    fn from(h: HistoryEntry) -> Self {
+        HistoryView {
+            state: h.state,
+            at: h.at,
+            reason: h.reason,
+        }
+    }
+}
+
+/// An endpoint as the API shows it: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EndpointView {
+    pub(crate) name: String,
+    /// The URL, with any user:password part masked.
+    pub(crate) url: String,
+    pub(crate) topics: Vec<String>,
+    pub(crate) types: Vec<String>,
+    pub(crate) policy: Option<String>,
+    /// active, degraded, paused or disabled.
+    #[schema(value_type = String, example = "active")]
+    pub(crate) state: EndpointState,
+    pub(crate) consecutive_failures: u32,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) failing_since: Option<Timestamp>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) last_success_at: Option<Timestamp>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) state_changed_at: Option<Timestamp>,
+    /// How many secrets sign (2 while rotating); the secrets themselves are never shown.
+    pub(crate) signing_secrets: usize,
+    pub(crate) transform: Option<String>,
+    pub(crate) signer: Option<String>,
+    pub(crate) backoff: Option<String>,
+    pub(crate) ordered: bool,
+    pub(crate) dead_letter: bool,
+    pub(crate) max_per_second: Option<f64>,
+    pub(crate) history: Vec<HistoryView>,
+}
+
+impl EndpointView {
+    pub(crate) fn new(ep: &EndpointConfig, health: EndpointHealth, history: Vec<HistoryEntry>) -> Self {
+        EndpointView {
+            name: ep.name.to_string(),
+            url: masked_url(&ep.url),
+            topics: ep.topics.clone(),
+            types: ep.types.clone(),
+            policy: ep.policy.clone(),
+            state: health.state,
+            consecutive_failures: health.consecutive_failures,
+            failing_since: health.failing_since,
+            last_success_at: health.last_success_at,
+            state_changed_at: health.changed_at,
+            signing_secrets: ep.secrets.len(),
+            transform: ep.transform.as_ref().map(|b| b.plugin.clone()),
+            signer: ep.signer.as_ref().map(|b| b.plugin.clone()),
+            backoff: ep.backoff.as_ref().map(|b| b.plugin.clone()),
+            ordered: ep.ordered,
+            dead_letter: ep.dead_letter,
+            max_per_second: ep.max_per_second,
+            history: history.into_iter().map(HistoryView::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EndpointList {
+    pub(crate) endpoints: Vec<EndpointView>,
+    /// Always null: every endpoint fits in one page.
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// `https://user:pass@host/x` → `https://***@host/x`: credentials in URLs are secrets too.
+pub(crate) fn masked_url(url: &http::Uri) -> String {
+    let text = url.to_string();
+    match url.authority() {
+        Some(authority) if authority.as_str().contains('@') => {
+            let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+            text.replacen(authority.as_str(), &format!("***@{host}"), 1)
+        }
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_masked() {
+        let url: http::Uri = "https://user:hunter2@example.com/hook?x=1".parse().unwrap();
+        assert_eq!(masked_url(&url), "https://***@example.com/hook?x=1");
+        let plain: http::Uri = "https://example.com/hook".parse().unwrap();
+        assert_eq!(masked_url(&plain), "https://example.com/hook");
+    }
+
+    #[test]
+    fn event_payloads_show_as_json_text_or_base64() {
+        let mut event = Event {
+            id: "e".into(),
+            topic: "t".into(),
+            event_type: "x".into(),
+            content_type: "application/json".into(),
+            payload: bytes::Bytes::from_static(br#"{"a":1}"#),
+            ordering_key: None,
+            received_at: Timestamp::EPOCH,
+        };
+        assert_eq!(EventView::new(event.clone(), vec![]).payload.unwrap()["a"], 1);
+        event.content_type = "text/plain".into();
+        event.payload = bytes::Bytes::from_static(b"hello");
+        assert_eq!(EventView::new(event.clone(), vec![]).payload.unwrap(), "hello");
+        event.payload = bytes::Bytes::from_static(&[0xff, 0x00]);
+        let view = EventView::new(event, vec![]);
+        assert!(view.payload.is_none());
+        assert_eq!(view.payload_base64.as_deref(), Some("/wA="));
+    }
+}
