@@ -1,8 +1,20 @@
 //! hookgate: a webhook delivery gateway. See `ARCHITECTURE.md` for the map of this crate.
+//!
+//! Tests and embedders start a gateway with [`Gateway::start`]; the binary's command line is
+//! [`cli::main`].
 
+pub mod api;
+pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod delivery;
 pub mod health;
+pub mod ingest;
 pub mod model;
 pub mod plugins;
 pub mod policy;
+pub mod scheduler;
+pub mod store;
+pub mod supervisor;
+
+pub use supervisor::{Gateway, GatewayOptions, Reloader};

@@ -1,0 +1,410 @@
+//! Starts the long-lived parts of a gateway, owns the shutdown token, and stops them in order.
+//!
+//! ```text
+//! start:    store → sender → plugins → scheduler (rebuilt from the store) → API listener
+//! shutdown: stop accepting → in-flight attempts finish (grace) → outcomes flushed → store closed
+//! ```
+//!
+//! Every task is spawned here and awaited here: nothing outlives [`Gateway::shutdown`].
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{self, AppState, ReloadStatus, RuntimeStatus};
+use crate::clock::Clock;
+use crate::config::{self, Config};
+use crate::delivery::{Sender, SenderOptions};
+use crate::health::EndpointHealth;
+use crate::ingest::Ingestor;
+use crate::plugins::{PluginHost, PluginLimits};
+use crate::scheduler::attempt::AttemptEnv;
+use crate::scheduler::{Scheduler, SchedulerDeps, SchedulerHandle};
+use crate::store::{RetentionCutoffs, SqliteOptions, SqliteStore, Store};
+
+/// How a gateway is started.
+pub struct GatewayOptions {
+    pub config: Config,
+    pub clock: Arc<dyn Clock>,
+    /// A listener bound already (tests bind 127.0.0.1:0); None: bind `server.listen`.
+    pub listener: Option<std::net::TcpListener>,
+    /// Watch the config file and reload it on change (and on SIGHUP).
+    pub watch_config: bool,
+    /// Overrides for the store (tests simulate a full disk with `max_page_count`).
+    pub store_options: Option<SqliteOptions>,
+}
+
+impl GatewayOptions {
+    pub fn new(config: Config, clock: Arc<dyn Clock>) -> Self {
+        GatewayOptions {
+            config,
+            clock,
+            listener: None,
+            watch_config: false,
+            store_options: None,
+        }
+    }
+}
+
+/// A running gateway.
+pub struct Gateway {
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+    tasks: JoinSet<()>,
+    store: Arc<dyn Store>,
+    ingest_tasks: TaskTracker,
+    reloader: Reloader,
+}
+
+/// Applies config reloads (from the file watcher, SIGHUP or a test) and records how they went.
+#[derive(Clone)]
+pub struct Reloader {
+    config: Arc<ArcSwap<Config>>,
+    scheduler: SchedulerHandle,
+    sender: Sender,
+    status: Arc<Mutex<RuntimeStatus>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Reloader {
+    /// Reads the config file again: applies it if valid, else keeps the running config and
+    /// reports every problem (log, metrics, `GET /v1/status`).
+    pub fn reload_from_file(&self) {
+        let Some(path) = self.config.load().source.clone() else {
+            tracing::warn!("no config file to reload: the gateway runs on the embedded default");
+            return;
+        };
+        match config::load_file(&path) {
+            Ok(new) => self.apply(new),
+            Err(e) => self.refuse(&e),
+        }
+    }
+
+    fn refuse(&self, e: &config::ConfigError) {
+        for line in &e.problems {
+            tracing::error!("config reload refused: {line}");
+        }
+        metrics::counter!("hookgate_config_reloads_total", "result" => "refused").increment(1);
+        self.status.lock().expect("status lock").last_reload = Some(ReloadStatus {
+            at: self.clock.now(),
+            ok: false,
+            errors: e.problems.iter().map(ToString::to_string).collect(),
+        });
+    }
+
+    /// Applies a validated config. Endpoints and policies added, changed or removed take effect
+    /// at the next planning step of each delivery; the listener, database and plugin folder are
+    /// bound at start and change only with a restart.
+    pub fn apply(&self, mut new: Config) {
+        let old = self.config.load_full();
+        for (key, differs) in [
+            ("server.listen", new.server.listen != old.server.listen),
+            ("storage.path", new.storage.path != old.storage.path),
+            ("plugins.dir", new.plugins.dir != old.plugins.dir),
+        ] {
+            if differs {
+                tracing::warn!(
+                    key,
+                    "this setting changes only with a restart; keeping the running value"
+                );
+            }
+        }
+        new.server.listen = old.server.listen;
+        new.storage.path = old.storage.path.clone();
+        new.plugins.dir = old.plugins.dir.clone();
+        let added = new
+            .endpoints
+            .keys()
+            .filter(|k| !old.endpoints.contains_key(*k))
+            .count();
+        let removed = old
+            .endpoints
+            .keys()
+            .filter(|k| !new.endpoints.contains_key(*k))
+            .count();
+        let changed = new
+            .endpoints
+            .iter()
+            .filter(|(k, v)| old.endpoints.get(*k).is_some_and(|o| o.as_ref() != v.as_ref()))
+            .count();
+        self.sender
+            .set_allow_networks(new.delivery.allow_networks.clone());
+        self.config.store(Arc::new(new));
+        self.scheduler.reconfigured();
+        tracing::info!(added, removed, changed, "config reloaded");
+        metrics::counter!("hookgate_config_reloads_total", "result" => "applied").increment(1);
+        self.status.lock().expect("status lock").last_reload = Some(ReloadStatus {
+            at: self.clock.now(),
+            ok: true,
+            errors: Vec::new(),
+        });
+    }
+}
+
+/// The process-wide Prometheus recorder (the `metrics` facade allows one per process).
+fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ];
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("hookgate_writer_batch_size".into()),
+                        &[1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0],
+                    )
+                })
+                .ok()?
+                .install_recorder()
+                .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
+                .ok()
+        })
+        .clone()
+}
+
+impl Gateway {
+    pub async fn start(opts: GatewayOptions) -> anyhow::Result<Gateway> {
+        let GatewayOptions {
+            config,
+            clock,
+            listener,
+            watch_config,
+            store_options,
+        } = opts;
+        let shutdown = CancellationToken::new();
+        let metrics = metrics_handle();
+
+        let store_options = store_options.unwrap_or_else(|| SqliteOptions::new(config.storage.path.clone()));
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(store_options)
+                .with_context(|| format!("opening the database {}", config.storage.path.display()))?,
+        );
+
+        let sender = Sender::new(SenderOptions {
+            allow_networks: config.delivery.allow_networks.clone(),
+            max_idle_per_host: 64,
+            user_agent: format!("hookgate/{}", env!("CARGO_PKG_VERSION")),
+            max_response_body_bytes: 64 * 1024,
+        })
+        .context("building the HTTP client")?;
+
+        let plugins = PluginHost::new(
+            config.plugins.dir.clone(),
+            config.plugins.cache_dir.clone(),
+            PluginLimits {
+                call_timeout: config.plugins.call_timeout,
+                memory_bytes: config.plugins.memory_bytes,
+                output_bytes: config.plugins.max_output_bytes,
+                ..PluginLimits::default()
+            },
+        )
+        .context("starting the plugin host")?;
+
+        let config = Arc::new(ArcSwap::from_pointee(config));
+        let (mut scheduler, scheduler_handle) = Scheduler::load(SchedulerDeps {
+            clock: clock.clone(),
+            store: store.clone(),
+            config: config.clone(),
+            sender: sender.clone(),
+            plugins: plugins.clone(),
+        })
+        .await
+        .context("rebuilding the delivery queue")?;
+
+        let ingest_tasks = TaskTracker::new();
+        let ingestor = Ingestor::new(
+            clock.clone(),
+            config.clone(),
+            store.clone(),
+            scheduler_handle.clone(),
+            ingest_tasks.clone(),
+        );
+        {
+            let ingestor = ingestor.clone();
+            scheduler.set_publisher(Arc::new(
+                move |endpoint: Arc<str>, event_type: &'static str, h: EndpointHealth| {
+                    let payload = serde_json::json!({
+                        "state": h.state.as_str(),
+                        "consecutive_failures": h.consecutive_failures,
+                        "failing_since": h.failing_since,
+                        "last_success_at": h.last_success_at,
+                        "changed_at": h.changed_at,
+                    });
+                    ingestor.publish_operator_event(&endpoint, event_type, payload);
+                },
+            ));
+        }
+
+        let status = Arc::new(Mutex::new(RuntimeStatus {
+            started_at: Some(clock.now()),
+            last_reload: None,
+        }));
+        let attempts = Arc::new(AttemptEnv {
+            clock: clock.clone(),
+            sender: sender.clone(),
+            plugins: plugins.clone(),
+        });
+        let state = AppState::new(
+            config.clone(),
+            store.clone(),
+            scheduler_handle.clone(),
+            ingestor,
+            clock.clone(),
+            attempts,
+            metrics,
+            status.clone(),
+        );
+        let (router, _) = api::router(state);
+
+        let listener = match listener {
+            Some(l) => l,
+            None => {
+                let addr = config.load().server.listen;
+                std::net::TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?
+            }
+        };
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?;
+
+        let mut tasks = JoinSet::new();
+        let grace = config.load().server.shutdown_grace;
+        tasks.spawn(scheduler.run(shutdown.child_token(), grace));
+        {
+            let token = shutdown.child_token();
+            tasks.spawn(async move {
+                let serve = axum::serve(listener, router.into_make_service())
+                    .with_graceful_shutdown(async move { token.cancelled().await });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "the API server failed");
+                }
+            });
+        }
+        {
+            let plugins = plugins.clone();
+            let token = shutdown.child_token();
+            tasks.spawn(async move { plugins.watch(token).await });
+        }
+        tasks.spawn(retention(
+            store.clone(),
+            config.clone(),
+            clock.clone(),
+            shutdown.child_token(),
+        ));
+
+        let reloader = Reloader {
+            config: config.clone(),
+            scheduler: scheduler_handle,
+            sender,
+            status,
+            clock,
+        };
+        if watch_config && let Some(path) = config.load().source.clone() {
+            let reloader = reloader.clone();
+            let token = shutdown.child_token();
+            tasks.spawn(async move {
+                config::watch::watch(path, token, move || reloader.reload_from_file()).await
+            });
+        }
+        tracing::info!(%addr, "hookgate is listening");
+        Ok(Gateway {
+            addr,
+            shutdown,
+            tasks,
+            store,
+            ingest_tasks,
+            reloader,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The config the gateway runs on now.
+    pub fn config(&self) -> Arc<Config> {
+        self.reloader.config.load_full()
+    }
+
+    /// What applies config reloads; `main` hands it SIGHUP, tests call it directly.
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
+    }
+
+    /// Stops accepting, lets in-flight attempts finish within the grace period, flushes every
+    /// write and closes the database.
+    pub async fn shutdown(mut self) {
+        tracing::info!("shutting down");
+        self.shutdown.cancel();
+        while let Some(result) = self.tasks.join_next().await {
+            if let Err(e) = result {
+                tracing::error!(error = %e, "a gateway task failed");
+            }
+        }
+        self.ingest_tasks.close();
+        self.ingest_tasks.wait().await;
+        self.store.close().await;
+        tracing::info!("stopped");
+    }
+}
+
+/// Purges data past its retention window, a small batch at a time through the writer, so that
+/// delivery never waits behind a large delete.
+async fn retention(
+    store: Arc<dyn Store>,
+    config: Arc<ArcSwap<Config>>,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) {
+    const EVERY: Duration = Duration::from_secs(60);
+    const BATCH: u32 = 500;
+    loop {
+        let now = clock.now();
+        let retention = config.load().retention.clone();
+        let cutoffs = RetentionCutoffs {
+            deliveries_before: now.minus(retention.deliveries),
+            events_before: now.minus(retention.events),
+            idempotency_before: now.minus(retention.idempotency),
+            batch: BATCH,
+        };
+        loop {
+            match store.purge(cutoffs).await {
+                Ok(purged) => {
+                    let total = purged.deliveries + purged.events + purged.idempotency_keys;
+                    if total > 0 {
+                        tracing::debug!(?purged, "retention purge");
+                        metrics::counter!("hookgate_purged_rows_total").increment(total + purged.attempts);
+                    }
+                    if purged.deliveries < BATCH as u64
+                        && purged.events < BATCH as u64
+                        && purged.idempotency_keys < BATCH as u64
+                    {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention purge failed; will try again");
+                    break;
+                }
+            }
+            if shutdown.is_cancelled() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = clock.sleep_until(now.plus(EVERY)) => {}
+        }
+    }
+}
