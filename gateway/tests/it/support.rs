@@ -1,0 +1,302 @@
+//! Test harness: a recording sink on 127.0.0.1:0, a gateway on a temp dir with a manual clock,
+//! and small helpers to call the API. Waiting is event-driven (notifications with a timeout),
+//! never a fixed sleep.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hookgate::clock::{Clock, ManualClock};
+use hookgate::model::Timestamp;
+use hookgate::{Gateway, GatewayOptions};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+/// One request the sink received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// What the sink answers: a status, extra headers, and an optional delay (for timeouts).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub delay: Option<Duration>,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Self {
+        Reply {
+            status,
+            headers: Vec::new(),
+            delay: None,
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn delayed(mut self, by: Duration) -> Self {
+        self.delay = Some(by);
+        self
+    }
+}
+
+#[derive(Default)]
+struct SinkState {
+    received: Mutex<Vec<Received>>,
+    /// Replies to use in order; when empty, `default` answers.
+    script: Mutex<VecDeque<Reply>>,
+    default: Mutex<Option<Reply>>,
+    notify: Notify,
+}
+
+/// An HTTP receiver that records every request.
+#[derive(Clone)]
+pub struct Sink {
+    pub addr: std::net::SocketAddr,
+    state: Arc<SinkState>,
+    _server: Arc<tokio::task::JoinHandle<()>>,
+}
+
+async fn sink_handler(
+    State(state): State<Arc<SinkState>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let reply = {
+        let scripted = state.script.lock().unwrap().pop_front();
+        scripted
+            .or_else(|| state.default.lock().unwrap().clone())
+            .unwrap_or_else(|| Reply::status(200))
+    };
+    state.received.lock().unwrap().push(Received {
+        path: uri.path().to_owned(),
+        headers,
+        body,
+    });
+    state.notify.notify_waiters();
+    if let Some(delay) = reply.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let mut response = StatusCode::from_u16(reply.status).unwrap().into_response();
+    for (k, v) in reply.headers {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            axum::http::HeaderValue::from_str(&v).unwrap(),
+        );
+    }
+    response
+}
+
+impl Sink {
+    pub async fn start() -> Sink {
+        let state = Arc::new(SinkState::default());
+        let app = axum::Router::new()
+            .fallback(sink_handler)
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Sink {
+            addr,
+            state,
+            _server: Arc::new(server),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Answer the next requests with these replies, in order.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state.script.lock().unwrap().extend(replies);
+    }
+
+    /// Answer every request (after the script) with this reply.
+    pub fn always(&self, reply: Reply) {
+        *self.state.default.lock().unwrap() = Some(reply);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.state.received.lock().unwrap().len()
+    }
+
+    /// Waits until at least `n` requests arrived (or panics after `within` of real time).
+    pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.state.notify.notified();
+            if self.count() >= n {
+                return self.received();
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("the sink got {} requests, expected {n}", self.count());
+            }
+        }
+    }
+}
+
+/// A gateway on a temp dir with a manual clock, listening on 127.0.0.1:0.
+pub struct TestGateway {
+    pub gateway: Option<Gateway>,
+    pub clock: ManualClock,
+    pub dir: Arc<tempfile::TempDir>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub api_key: Option<String>,
+}
+
+/// A fixed start time, so tests read naturally: 2026-01-01T00:00:00Z.
+pub const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
+
+/// The YAML every test config starts with: loopback allowed, storage in the temp dir.
+pub fn base_yaml(dir: &std::path::Path) -> String {
+    format!(
+        "storage:\n  path: {}/hookgate.db\nplugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n",
+        dir.display(),
+        dir.display()
+    )
+}
+
+impl TestGateway {
+    /// Starts a gateway with `base_yaml` + `yaml`.
+    pub async fn start(yaml: &str) -> TestGateway {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        Self::start_in(dir, yaml, ManualClock::new(START)).await
+    }
+
+    pub async fn start_in(dir: Arc<tempfile::TempDir>, yaml: &str, clock: ManualClock) -> TestGateway {
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        let text = format!("{}{yaml}", base_yaml(dir.path()));
+        let path = dir.path().join("hookgate.yaml");
+        std::fs::write(&path, &text).unwrap();
+        let config =
+            hookgate::config::load_file(&path).unwrap_or_else(|e| panic!("test config invalid:\n{e}"));
+        let api_key = config.server.api_keys.first().map(|k| k.expose().to_owned());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut options = GatewayOptions::new(config, Arc::new(clock.clone()));
+        options.listener = Some(listener);
+        let gateway = Gateway::start(options).await.unwrap();
+        let base = format!("http://{}", gateway.addr());
+        TestGateway {
+            gateway: Some(gateway),
+            clock,
+            dir,
+            base,
+            http: reqwest::Client::new(),
+            api_key,
+        }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Moves the gateway's clock forward; sleepers due by then wake.
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(key) = &self.api_key {
+            r = r.bearer_auth(key);
+        }
+        r
+    }
+
+    pub async fn send(&self, builder: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = builder.send().await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.request(reqwest::Method::GET, path)).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.request(reqwest::Method::POST, path).json(&body))
+            .await
+    }
+
+    pub fn post_builder(&self, path: &str) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::POST, path)
+    }
+
+    /// Ingests one structured event; panics unless the gateway answered 202.
+    pub async fn ingest(&self, topic: &str, event_type: &str, payload: Value) -> Value {
+        let (status, body) = self
+            .post(
+                &format!("/v1/topics/{topic}/events"),
+                serde_json::json!({"type": event_type, "payload": payload}),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        body
+    }
+
+    /// Polls the API (no clock movement) until `check` holds for the value at `path`.
+    pub async fn wait_until(&self, path: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (_, body) = self.get(path).await;
+            if check(&body) {
+                return body;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("condition on {path} not met in {within:?}; last answer: {body}");
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops the gateway (graceful shutdown), keeping the temp dir.
+    pub async fn stop(&mut self) {
+        if let Some(g) = self.gateway.take() {
+            g.shutdown().await;
+        }
+    }
+
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        if self.gateway.is_some() {
+            // Tests that forget to stop still leave no writer thread behind for long: the
+            // runtime shuts the tasks down; the temp dir goes with the last Arc.
+            let _ = self.gateway.take();
+        }
+    }
+}
