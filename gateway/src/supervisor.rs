@@ -310,11 +310,14 @@ impl Gateway {
             clock,
         };
         if watch_config && let Some(path) = config.load().source.clone() {
-            let reloader = reloader.clone();
-            let token = shutdown.child_token();
-            tasks.spawn(async move {
-                config::watch::watch(path, token, move || reloader.reload_from_file()).await
-            });
+            match config::watch::ConfigWatcher::start(path) {
+                Ok(watcher) => {
+                    let reloader = reloader.clone();
+                    let token = shutdown.child_token();
+                    tasks.spawn(watcher.run(token, move || reloader.reload_from_file()));
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot watch the config file; reload with SIGHUP"),
+            }
         }
         tracing::info!(%addr, "hookgate is listening");
         Ok(Gateway {

@@ -45,6 +45,9 @@ enum Command {
         /// For trying out schedules and for tests; every time the API shows is simulated.
         #[arg(long, value_parser = parse_time_scale)]
         time_scale: Option<f64>,
+        /// Do not watch the config file; reload only on SIGHUP.
+        #[arg(long)]
+        no_watch: bool,
     },
     /// Check or describe config files.
     Config {
@@ -118,7 +121,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Command::Serve { config, time_scale } => serve(config.as_deref(), time_scale),
+        Command::Serve {
+            config,
+            time_scale,
+            no_watch,
+        } => serve(config.as_deref(), time_scale, !no_watch),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => match config::load_file(&file) {
@@ -196,7 +203,7 @@ fn preview(name: &str, config: Option<&Path>, svg: Option<&Path>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn serve(config_path: Option<&Path>, time_scale: Option<f64>) -> ExitCode {
+fn serve(config_path: Option<&Path>, time_scale: Option<f64>, watch_config: bool) -> ExitCode {
     let config = match load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -220,7 +227,7 @@ fn serve(config_path: Option<&Path>, time_scale: Option<f64>) -> ExitCode {
     };
     runtime.block_on(async move {
         let mut options = GatewayOptions::new(config, clock);
-        options.watch_config = true;
+        options.watch_config = watch_config;
         let gateway = match Gateway::start(options).await {
             Ok(g) => g,
             Err(e) => {

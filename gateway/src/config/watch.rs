@@ -20,57 +20,75 @@ fn content_hash(path: &Path) -> Option<[u8; 32]> {
         .map(|bytes| Sha256::digest(&bytes).into())
 }
 
-/// Calls `on_change` after each settled change of the file's content, until `shutdown`.
-pub async fn watch(path: PathBuf, shutdown: CancellationToken, on_change: impl Fn() + Send + 'static) {
-    let folder = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let Some(file_name) = path.file_name().map(|n| n.to_os_string()) else {
-        tracing::warn!(path = %path.display(), "not a file path; config changes are not watched");
-        return;
-    };
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let mut debouncer = match new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
-        if let Ok(events) = result
-            && events.iter().any(|e| {
-                e.paths
-                    .iter()
-                    .any(|p| p.file_name() == Some(file_name.as_os_str()))
-            })
-        {
-            let _ = tx.send(());
-        }
-    }) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch the config file; use SIGHUP to reload");
-            return;
-        }
-    };
-    if let Err(e) = debouncer.watch(&folder, RecursiveMode::NonRecursive) {
-        tracing::warn!(error = %e, folder = %folder.display(), "cannot watch the config folder; use SIGHUP to reload");
-        return;
+/// A running watch of the config file. Watching starts when this is created (so a change made
+/// right after start-up is not missed); [`ConfigWatcher::run`] delivers the changes.
+pub struct ConfigWatcher {
+    path: PathBuf,
+    rx: mpsc::UnboundedReceiver<()>,
+    last: Option<[u8; 32]>,
+    _debouncer: notify_debouncer_full::Debouncer<
+        notify_debouncer_full::notify::RecommendedWatcher,
+        notify_debouncer_full::RecommendedCache,
+    >,
+}
+
+impl ConfigWatcher {
+    /// Starts watching the folder of `path`. Fails if the platform cannot watch it; the caller
+    /// then relies on SIGHUP.
+    pub fn start(path: PathBuf) -> Result<ConfigWatcher, String> {
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .ok_or("not a file path")?;
+        let (tx, rx) = mpsc::unbounded_channel::<()>();
+        let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+            if let Ok(events) = result
+                && events.iter().any(|e| {
+                    e.paths
+                        .iter()
+                        .any(|p| p.file_name() == Some(file_name.as_os_str()))
+                })
+            {
+                let _ = tx.send(());
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        debouncer
+            .watch(&folder, RecursiveMode::NonRecursive)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(path = %path.display(), "watching the config file for changes");
+        let last = content_hash(&path);
+        Ok(ConfigWatcher {
+            path,
+            rx,
+            last,
+            _debouncer: debouncer,
+        })
     }
-    tracing::info!(path = %path.display(), "watching the config file for changes");
-    let mut last = content_hash(&path);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            event = rx.recv() => {
-                if event.is_none() {
-                    break;
-                }
-                // Several events of one save arrive together; take them all.
-                while rx.try_recv().is_ok() {}
-                let now = content_hash(&path);
-                // A missing file mid-rename is not a change: the rename's own event follows.
-                if now.is_some() && now != last {
-                    last = now;
-                    on_change();
+
+    /// Calls `on_change` after each settled change of the file's content, until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken, on_change: impl Fn() + Send + 'static) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                event = self.rx.recv() => {
+                    if event.is_none() {
+                        break;
+                    }
+                    // Several events of one save arrive together; take them all.
+                    while self.rx.try_recv().is_ok() {}
+                    let now = content_hash(&self.path);
+                    // A missing file mid-rename is not a change: the rename's own event follows.
+                    if now.is_some() && now != self.last {
+                        self.last = now;
+                        on_change();
+                    }
                 }
             }
         }
     }
-    drop(debouncer);
 }

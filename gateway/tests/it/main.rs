@@ -10,4 +10,6 @@ mod bad_input;
 mod crash_recovery;
 mod idempotency;
 mod ingest;
+mod ops;
+mod reload;
 mod retry_schedule;

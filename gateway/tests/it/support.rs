@@ -195,6 +195,17 @@ impl TestGateway {
     }
 
     pub async fn start_in(dir: Arc<tempfile::TempDir>, yaml: &str, clock: ManualClock) -> TestGateway {
+        Self::start_with(dir, yaml, clock, |_| {}).await
+    }
+
+    /// Like [`TestGateway::start_in`], letting the test adjust the options (file watching…).
+    pub async fn start_with(
+        dir: Arc<tempfile::TempDir>,
+        yaml: &str,
+        clock: ManualClock,
+        adjust: impl FnOnce(&mut GatewayOptions),
+    ) -> TestGateway {
+        capture_logs();
         std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
         let text = format!("{}{yaml}", base_yaml(dir.path()));
         let path = dir.path().join("hookgate.yaml");
@@ -205,6 +216,7 @@ impl TestGateway {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut options = GatewayOptions::new(config, Arc::new(clock.clone()));
         options.listener = Some(listener);
+        adjust(&mut options);
         let gateway = Gateway::start(options).await.unwrap();
         let base = format!("http://{}", gateway.addr());
         TestGateway {
@@ -282,13 +294,29 @@ impl TestGateway {
         }
     }
 
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("hookgate.yaml")
+    }
+
+    /// Rewrites the config file with `base_yaml` + `yaml` (not applied until a reload).
+    pub fn write_config(&self, yaml: &str) {
+        std::fs::write(
+            self.config_path(),
+            format!("{}{yaml}", base_yaml(self.dir.path())),
+        )
+        .unwrap();
+    }
+
+    pub fn reloader(&self) -> hookgate::Reloader {
+        self.gateway.as_ref().expect("running").reloader()
+    }
+
     /// Stops the gateway (graceful shutdown), keeping the temp dir.
     pub async fn stop(&mut self) {
         if let Some(g) = self.gateway.take() {
             g.shutdown().await;
         }
     }
-
 }
 
 impl Drop for TestGateway {
@@ -299,4 +327,41 @@ impl Drop for TestGateway {
             let _ = self.gateway.take();
         }
     }
+}
+
+/// Every log line of this test process, at debug level, so tests can check what was (and was
+/// not) logged.
+static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+
+#[derive(Clone)]
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn capture_logs() {
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = LogSink(buffer.clone());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("hookgate=debug,info"))
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .try_init();
+        buffer
+    });
+}
+
+/// The log lines captured so far.
+pub fn captured_logs() -> String {
+    LOGS.get()
+        .map(|b| String::from_utf8_lossy(&b.lock().unwrap()).into_owned())
+        .unwrap_or_default()
 }

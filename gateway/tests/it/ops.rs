@@ -1,0 +1,269 @@
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Reply, Sink, TestGateway, captured_logs};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        let matches = key.starts_with(name)
+            && (key.len() == name.len() || key[name.len()..].starts_with('{'))
+            && labels.iter().all(|(k, v)| key.contains(&format!("{k}=\"{v}\"")));
+        if matches { value.parse().ok() } else { None }
+    })
+}
+
+#[tokio::test]
+async fn metrics_move_with_traffic() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(500)]);
+    // Names unique to this test: the metrics registry is shared by the whole test process.
+    let gw = TestGateway::start(&format!(
+        "policies:\n  quick:\n    schedule: [0s, 1s]\n    jitter: 0\ntopics:\n  metrics-topic: {{}}\nendpoints:\n  metrics-ep:\n    url: {}\n    topics: [metrics-topic]\n    policy: quick\n",
+        sink.url("/")
+    ))
+    .await;
+    for _ in 0..3 {
+        gw.ingest("metrics-topic", "x", json!({})).await;
+    }
+    sink.wait_for(3, WAIT).await;
+    // The failed first attempt is planned before the clock moves.
+    gw.wait_until("/v1/deliveries?status=pending", WAIT, |l| {
+        l["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["attempt_count"] == 1)
+    })
+    .await;
+    gw.advance(Duration::from_secs(1));
+    sink.wait_for(4, WAIT).await;
+    gw.wait_until("/v1/deliveries?status=succeeded", WAIT, |l| {
+        l["deliveries"].as_array().unwrap().len() == 3
+    })
+    .await;
+    let text = reqwest::get(format!("{}/metrics", gw.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            "hookgate_events_ingested_total",
+            &[("topic", "metrics-topic")]
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "hookgate_attempts_total",
+            &[("endpoint", "metrics-ep"), ("outcome", "delivered")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "hookgate_attempts_total",
+            &[("endpoint", "metrics-ep"), ("outcome", "http_status")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "hookgate_deliveries_total",
+            &[("endpoint", "metrics-ep"), ("status", "succeeded")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "hookgate_endpoint_state",
+            &[("endpoint", "metrics-ep"), ("state", "active")]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        metric(
+            &text,
+            "hookgate_attempt_duration_seconds_count",
+            &[("endpoint", "metrics-ep")]
+        )
+        .unwrap()
+            >= 4.0
+    );
+    assert!(metric(&text, "hookgate_writer_commit_seconds_count", &[]).unwrap() >= 1.0);
+    assert!(text.contains("# TYPE hookgate_queue_depth gauge"), "{text}");
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_route_and_every_route_in_it_exists() {
+    let sink = Sink::start().await;
+    let gw = TestGateway::start(&format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n",
+        sink.url("/")
+    ))
+    .await;
+    let (status, doc) = gw.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for (path, method) in [
+        ("/v1/topics/{topic}/events", "post"),
+        ("/v1/topics/{topic}/events/batch", "post"),
+        ("/v1/events/{id}", "get"),
+        ("/v1/endpoints", "get"),
+        ("/v1/endpoints/{name}", "get"),
+        ("/v1/endpoints/{name}/test", "post"),
+        ("/v1/endpoints/{name}/reenable", "post"),
+        ("/v1/endpoints/{name}/replay", "post"),
+        ("/v1/endpoints/{name}/redrive", "post"),
+        ("/v1/deliveries", "get"),
+        ("/v1/deliveries/{id}", "get"),
+        ("/v1/deliveries/{id}/redeliver", "post"),
+        ("/v1/policies/{name}/preview", "get"),
+        ("/healthz", "get"),
+        ("/metrics", "get"),
+        ("/v1/status", "get"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} is not documented"
+        );
+    }
+    // Every documented route is served (a 404 here would be the router's fallback).
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            let concrete = path
+                .replace("{topic}", "t")
+                .replace("{name}", "e")
+                .replace("{id}", "dlv_1")
+                .replace("{name}", "standard");
+            let url = format!("{}{concrete}", gw.base);
+            let response = match method.as_str() {
+                "get" => gw.http.get(&url).send().await.unwrap(),
+                "post" => gw
+                    .http
+                    .post(&url)
+                    .body("{}")
+                    .header("content-type", "application/json")
+                    .send()
+                    .await
+                    .unwrap(),
+                other => panic!("unexpected method {other}"),
+            };
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            assert_ne!(body["error"]["code"], "route_not_found", "{method} {path}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn shutdown_lets_an_attempt_in_flight_finish_and_records_it() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(200).delayed(Duration::from_millis(300))]);
+    let yaml = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n",
+        sink.url("/")
+    );
+    let mut gw = TestGateway::start(&yaml).await;
+    gw.ingest("t", "x", json!({})).await;
+    sink.wait_for(1, WAIT).await; // the attempt is now in flight
+    gw.stop().await;
+    let gw2 = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
+    let (_, list) = gw2.get("/v1/deliveries").await;
+    assert_eq!(list["deliveries"][0]["status"], "succeeded", "{list}");
+    assert_eq!(sink.count(), 1);
+}
+
+#[tokio::test]
+async fn an_attempt_cut_off_by_the_grace_period_is_retried_after_restart() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(200).delayed(Duration::from_secs(3))]);
+    let yaml = format!(
+        "server:\n  shutdown_grace: 100ms\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n",
+        sink.url("/")
+    );
+    let mut gw = TestGateway::start(&yaml).await;
+    gw.ingest("t", "x", json!({})).await;
+    sink.wait_for(1, WAIT).await;
+    gw.stop().await;
+    let gw2 = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
+    sink.wait_for(2, WAIT).await;
+    gw2.wait_until("/v1/deliveries", WAIT, |l| {
+        l["deliveries"][0]["status"] == "succeeded"
+    })
+    .await;
+    // The receiver can tell the two apart only by the attempt; the event id is the same.
+    let got = sink.received();
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
+}
+
+#[tokio::test]
+async fn secrets_and_api_keys_never_reach_the_logs_or_the_api() {
+    let secret = "whsec_c2VjcmV0LXRoYXQtbXVzdC1uZXZlci1sZWFr";
+    let key = "api-key-that-must-never-leak";
+    let sink = Sink::start().await;
+    sink.script([Reply::status(500), Reply::status(401)]);
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{key}]\npolicies:\n  quick:\n    schedule: [0s, 1s, 1s]\n    jitter: 0\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    secret: {secret}\n    policy: quick\n",
+        sink.url("/")
+    ))
+    .await;
+    gw.ingest("t", "x", json!({})).await;
+    for n in 1..=2u64 {
+        sink.wait_for(n as usize, WAIT).await;
+        gw.wait_until("/v1/deliveries", WAIT, |l| {
+            l["deliveries"][0]["attempt_count"] == n
+        })
+        .await;
+        gw.advance(Duration::from_secs(1));
+    }
+    sink.wait_for(3, WAIT).await;
+    // A bad key, a bad config reload, a test call: all the places a secret could slip out.
+    let _ = gw
+        .http
+        .get(format!("{}/v1/endpoints", gw.base))
+        .bearer_auth("wrong")
+        .send()
+        .await;
+    std::fs::write(
+        gw.config_path(),
+        format!("server:\n  api_keys: [{key}]\n  nope: {secret}\n"),
+    )
+    .unwrap();
+    gw.reloader().reload_from_file();
+    gw.post("/v1/endpoints/e/test", json!({})).await;
+    let mut answers = String::new();
+    for path in [
+        "/v1/endpoints",
+        "/v1/endpoints/e",
+        "/v1/deliveries",
+        "/v1/status",
+        "/openapi.json",
+    ] {
+        answers.push_str(&gw.get(path).await.1.to_string());
+    }
+    let (_, list) = gw.get("/v1/deliveries").await;
+    let id = list["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    answers.push_str(&gw.get(&format!("/v1/deliveries/{id}")).await.1.to_string());
+    let logs = captured_logs();
+    assert!(!logs.is_empty());
+    let secret_body = secret.trim_start_matches("whsec_");
+    for (what, text) in [("logs", &logs), ("API answers", &answers)] {
+        assert!(
+            !text.contains(secret_body),
+            "the endpoint secret is in the {what}"
+        );
+        assert!(!text.contains(key), "the API key is in the {what}");
+    }
+}

@@ -1,0 +1,188 @@
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Reply, Sink, TestGateway};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn two_endpoints(a: &Sink, b: Option<&Sink>, a_headers: &str) -> String {
+    let mut yaml = format!(
+        "policies:\n  slow:\n    schedule: [0s, 1h]\ntopics:\n  t: {{}}\nendpoints:\n  a:\n    url: {}\n    topics: [t]\n    policy: slow\n    headers: {{ X-Version: '{a_headers}' }}\n",
+        a.url("/a")
+    );
+    if let Some(b) = b {
+        yaml.push_str(&format!("  b:\n    url: {}\n    topics: [t]\n", b.url("/b")));
+    }
+    yaml
+}
+
+#[tokio::test]
+async fn a_reload_adds_changes_and_removes_endpoints() {
+    let a = Sink::start().await;
+    let b = Sink::start().await;
+    let gw = TestGateway::start(&two_endpoints(&a, None, "1")).await;
+    gw.ingest("t", "x", json!({"n": 1})).await;
+    assert_eq!(a.wait_for(1, WAIT).await[0].header("x-version"), "1");
+
+    // Add b, change a's header: applies to the next attempt and the next event.
+    gw.write_config(&two_endpoints(&a, Some(&b), "2"));
+    gw.reloader().reload_from_file();
+    let accepted = gw.ingest("t", "x", json!({"n": 2})).await;
+    assert_eq!(accepted["deliveries"], 2);
+    assert_eq!(a.wait_for(2, WAIT).await[1].header("x-version"), "2");
+    b.wait_for(1, WAIT).await;
+    let (_, status) = gw.get("/v1/status").await;
+    assert_eq!(status["last_reload"]["ok"], true);
+    assert_eq!(status["endpoints"], 2);
+
+    // Remove a while one of its deliveries waits for a retry: it ends as endpoint_removed.
+    a.always(Reply::status(500));
+    let pending = gw.ingest("t", "x", json!({"n": 3})).await;
+    a.wait_for(3, WAIT).await;
+    let event_path = format!("/v1/events/{}", pending["id"].as_str().unwrap());
+    gw.wait_until(&event_path, WAIT, |e| {
+        e["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["endpoint"] == "a" && d["attempt_count"] == 1)
+    })
+    .await;
+    let only_b = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  b:\n    url: {}\n    topics: [t]\n",
+        b.url("/b")
+    );
+    gw.write_config(&only_b);
+    gw.reloader().reload_from_file();
+    let event = gw
+        .wait_until(&event_path, WAIT, |e| {
+            e["deliveries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["endpoint"] == "a" && d["status"] == "failed")
+        })
+        .await;
+    let removed = event["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["endpoint"] == "a")
+        .unwrap()
+        .clone();
+    assert_eq!(removed["last_error"], "endpoint_removed");
+    // Its history is kept; the endpoint itself is gone from the API.
+    assert_eq!(gw.get("/v1/endpoints/a").await.0, 404);
+    let accepted = gw.ingest("t", "x", json!({"n": 4})).await;
+    assert_eq!(accepted["deliveries"], 1);
+}
+
+#[tokio::test]
+async fn a_changed_policy_applies_to_the_next_planning_step() {
+    let sink = Sink::start().await;
+    sink.always(Reply::status(500));
+    let yaml = |wait: &str| {
+        format!(
+            "policies:\n  p:\n    schedule: [0s, {wait}, {wait}]\n    jitter: 0\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    policy: p\n",
+            sink.url("/")
+        )
+    };
+    let gw = TestGateway::start(&yaml("1h")).await;
+    let t0 = gw.now();
+    gw.ingest("t", "x", json!({})).await;
+    let d = gw
+        .wait_until("/v1/deliveries", WAIT, |l| {
+            l["deliveries"][0]["attempt_count"] == 1
+        })
+        .await;
+    assert_eq!(
+        d["deliveries"][0]["next_attempt_at"],
+        t0.plus(Duration::from_secs(3600)).to_rfc3339()
+    );
+    gw.write_config(&yaml("10s"));
+    gw.reloader().reload_from_file();
+    gw.advance(Duration::from_secs(3600));
+    let d = gw
+        .wait_until("/v1/deliveries", WAIT, |l| {
+            l["deliveries"][0]["attempt_count"] == 2
+        })
+        .await;
+    let planned = t0.plus(Duration::from_secs(3600 + 10)).to_rfc3339();
+    assert_eq!(d["deliveries"][0]["next_attempt_at"], planned);
+}
+
+#[tokio::test]
+async fn an_invalid_file_is_refused_and_the_old_config_keeps_serving() {
+    let sink = Sink::start().await;
+    let good = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n",
+        sink.url("/")
+    );
+    let gw = TestGateway::start(&good).await;
+    let broken = [
+        ("bad syntax", format!("{good}  oops: [unclosed\n")),
+        ("unknown key", format!("{good}    colour: blue\n")),
+        (
+            "invalid policy",
+            format!("policies:\n  p:\n    sns:\n      healthyRetryPolicy:\n        numRetries: 101\n{good}"),
+        ),
+    ];
+    for (what, text) in broken {
+        std::fs::write(
+            gw.config_path(),
+            format!("{}{text}", crate::support::base_yaml(gw.dir.path())),
+        )
+        .unwrap();
+        gw.reloader().reload_from_file();
+        let (_, status) = gw.get("/v1/status").await;
+        assert_eq!(status["last_reload"]["ok"], false, "{what}");
+        let errors = status["last_reload"]["errors"].as_array().unwrap();
+        assert!(!errors.is_empty(), "{what}");
+        let line = errors[0].as_str().unwrap();
+        assert!(line.contains("hookgate.yaml:"), "{what}: {line}");
+        // Still serving the old config.
+        let accepted = gw.ingest("t", "x", json!({})).await;
+        assert_eq!(accepted["deliveries"], 1, "{what}");
+    }
+    let logs = crate::support::captured_logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("config reload refused"))
+        .expect("a refused reload is logged");
+    assert!(line.contains("hookgate.yaml:"), "{line}");
+}
+
+#[tokio::test]
+async fn the_file_watcher_applies_rename_style_saves() {
+    let sink = Sink::start().await;
+    let other = Sink::start().await;
+    let yaml = |url: &str| format!("topics:\n  t: {{}}\nendpoints:\n  e:\n    url: {url}\n    topics: [t]\n");
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let gw = TestGateway::start_with(
+        dir,
+        &yaml(&sink.url("/")),
+        hookgate::clock::ManualClock::new(crate::support::START),
+        |o| {
+            o.watch_config = true;
+        },
+    )
+    .await;
+    // Editors write a temporary file and rename it over the config.
+    let tmp = gw.dir.path().join(".hookgate.yaml.swp");
+    std::fs::write(
+        &tmp,
+        format!(
+            "{}{}",
+            crate::support::base_yaml(gw.dir.path()),
+            yaml(&other.url("/"))
+        ),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, gw.config_path()).unwrap();
+    gw.wait_until("/v1/status", WAIT, |s| s["last_reload"]["ok"] == true)
+        .await;
+    gw.ingest("t", "x", json!({})).await;
+    other.wait_for(1, WAIT).await;
+    assert_eq!(sink.count(), 0);
+}
