@@ -222,11 +222,14 @@ fn replay_window(
             .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
     };
     let since = parse("since", since)?;
+    // The window is [since, until); by default it ends just after now, so that an event
+    // received this very millisecond is included.
+    let end_of_now = now.plus(Duration::from_millis(1));
     let until = until
         .map(|u| parse("until", u))
         .transpose()?
-        .unwrap_or(now)
-        .min(now);
+        .unwrap_or(end_of_now)
+        .min(end_of_now);
     if since < now.minus(REPLAY_MAX_AGE) {
         return Err(ApiError::bad_request(
             "replay_window_too_large",

@@ -9,17 +9,31 @@ pub(super) struct EnvProblem {
     pub(super) reason: String,
 }
 
+/// Where a YAML comment starts in `line` (its length if there is none): a `#` at the start or
+/// after white space, outside quotes.
+fn comment_start(line: &str) -> usize {
+    let (mut single, mut double, mut previous) = (false, false, ' ');
+    for (i, c) in line.char_indices() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single && previous != '\\' => double = !double,
+            '#' if !single && !double && previous.is_whitespace() => return i,
+            _ => {}
+        }
+        previous = c;
+    }
+    line.len()
+}
+
 pub(super) fn interpolate(
     text: &str,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<String, Vec<EnvProblem>> {
     let mut out = String::with_capacity(text.len());
     let mut problems = Vec::new();
-    for (index, line) in text.split_inclusive('\n').enumerate() {
-        if line.trim_start().starts_with('#') {
-            out.push_str(line);
-            continue;
-        }
+    for (index, full_line) in text.split_inclusive('\n').enumerate() {
+        // Comments are not interpolated: a `${NAME}` in a comment is documentation.
+        let (line, comment) = full_line.split_at(comment_start(full_line));
         let mut rest = line;
         while let Some(at) = rest.find("${") {
             if rest[..at].ends_with('$') {
@@ -67,6 +81,7 @@ pub(super) fn interpolate(
             rest = &rest[at + 2 + len + 1..];
         }
         out.push_str(rest);
+        out.push_str(comment);
     }
     if problems.is_empty() {
         Ok(out)
@@ -120,5 +135,18 @@ mod tests {
                 .reason
                 .contains("closing")
         );
+    }
+
+    #[test]
+    fn trailing_comments_are_not_interpolated_but_quoted_hashes_are_values() {
+        assert_eq!(
+            interpolate("a: ${SECRET} # or ${NOPE}\n", env).unwrap(),
+            "a: whsec_abc # or ${NOPE}\n"
+        );
+        assert_eq!(
+            interpolate("a: \"#${SECRET}\"\n", env).unwrap(),
+            "a: \"#whsec_abc\"\n"
+        );
+        assert_eq!(interpolate("a: x#${SECRET}\n", env).unwrap(), "a: x#whsec_abc\n");
     }
 }

@@ -11,5 +11,6 @@ mod crash_recovery;
 mod idempotency;
 mod ingest;
 mod ops;
+mod ops_cli;
 mod reload;
 mod retry_schedule;

@@ -1,0 +1,225 @@
+//! The operator commands and signals of the real binary.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Reply, Sink, TestGateway};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn hookgate(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn run(args: Vec<String>) -> (bool, String, String) {
+    tokio::task::spawn_blocking(move || hookgate(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(500)]);
+    let mut gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [ops-key]\npolicies:\n  once:\n    schedule: [0s]\ntopics:\n  t: {{}}\nendpoints:\n  billing:\n    url: {}\n    topics: [t]\n    policy: once\n",
+        sink.url("/")
+    ))
+    .await;
+    gw.ingest("t", "order.created", json!({})).await;
+    let failed = gw
+        .wait_until("/v1/deliveries?status=failed", WAIT, |l| {
+            !l["deliveries"].as_array().unwrap().is_empty()
+        })
+        .await;
+    let id = failed["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    let target = vec![
+        "--url".to_owned(),
+        gw.base.clone(),
+        "--api-key".to_owned(),
+        "ops-key".to_owned(),
+    ];
+    let with = |cmd: &[&str]| {
+        cmd.iter()
+            .map(|s| s.to_string())
+            .chain(target.clone())
+            .collect::<Vec<_>>()
+    };
+
+    let (ok, out, err) = run(with(&["endpoints"])).await;
+    assert!(ok, "{err}");
+    assert!(out.lines().next().unwrap().starts_with("NAME"), "{out}");
+    assert!(out.contains("billing") && out.contains("active"), "{out}");
+
+    let (ok, out, _) = run(with(&["endpoint", "billing"])).await;
+    assert!(
+        ok && out.contains("consecutive_failures") && out.contains("history:"),
+        "{out}"
+    );
+
+    let (ok, out, _) = run(with(&["deliveries", "--status", "failed"])).await;
+    assert!(ok && out.contains(&id) && out.contains("failed"), "{out}");
+
+    let (ok, out, err) = run(with(&["redeliver", &id])).await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&id), "{out}");
+    sink.wait_for(2, WAIT).await;
+    gw.wait_until(&format!("/v1/deliveries/{id}"), WAIT, |d| {
+        d["status"] == "succeeded"
+    })
+    .await;
+
+    let since = gw.now().minus(Duration::from_secs(3600)).to_rfc3339();
+    let (ok, out, err) = run(with(&["replay", "billing", "--since", &since, "--wait"])).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("1 events queued again"), "{out}");
+    assert!(out.contains("done: 1 succeeded"), "{out}");
+    sink.wait_for(3, WAIT).await;
+
+    // Without the key the gateway says no, and the command says why.
+    let (ok, _, err) = run(vec!["endpoints".into(), "--url".into(), gw.base.clone()]).await;
+    assert!(!ok && err.contains("401"), "{err}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_of_the_real_binary() {
+    let sink = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("hookgate.yaml");
+    let write = |endpoints: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {}/hookgate.db\nplugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\ntopics:\n  t: {{}}\nendpoints:\n{endpoints}",
+                dir.path().display(),
+                dir.path().display()
+            ),
+        )
+        .unwrap()
+    };
+    write(&format!("  a:\n    url: {}\n    topics: [t]\n", sink.url("/a")));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["serve", "--no-watch", "--config"])
+        .arg(&config)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let endpoints = |http: reqwest::Client, base: String| async move {
+        let r = http.get(format!("{base}/v1/endpoints")).send().await.ok()?;
+        let v: serde_json::Value = r.json().await.ok()?;
+        Some(
+            v["endpoints"]
+                .as_array()?
+                .iter()
+                .map(|e| e["name"].as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while endpoints(http.clone(), base.clone()).await.is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    write(&format!(
+        "  a:\n    url: {}\n    topics: [t]\n  b:\n    url: {}\n    topics: [t]\n",
+        sink.url("/a"),
+        sink.url("/b")
+    ));
+    // --no-watch: the edit alone changes nothing…
+    assert_eq!(endpoints(http.clone(), base.clone()).await.unwrap(), vec!["a"]);
+    // …SIGHUP applies it.
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if endpoints(http.clone(), base.clone()).await.unwrap_or_default() == vec!["a", "b"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "SIGHUP did not reload");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SIGTERM: a graceful stop, exit code 0.
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn config_schema_is_json_schema_describing_the_file() {
+    let (ok, out, err) = hookgate(&["config", "schema"]);
+    assert!(ok, "{err}");
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(schema["$schema"].as_str().unwrap().contains("json-schema.org"));
+    let props = schema["properties"].as_object().unwrap();
+    for key in [
+        "server",
+        "storage",
+        "plugins",
+        "delivery",
+        "health",
+        "retention",
+        "policies",
+        "topics",
+        "endpoints",
+    ] {
+        assert!(props.contains_key(key), "{key} missing from the schema");
+    }
+    assert!(
+        out.contains("\"dead_letter\"") && out.contains("\"healthyRetryPolicy\"") || out.contains("\"sns\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn config_check_accepts_the_quick_start_config_and_lists_every_problem() {
+    let quick_start = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/hookgate.yaml");
+    let (ok, out, err) = hookgate(&["config", "check", quick_start]);
+    assert!(ok, "{out}{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "server:\n  listen: nowhere\ntopics:\n  t: {}\nendpoints:\n  e:\n    url: ftp://x\n    topics: [t]\n",
+    )
+    .unwrap();
+    let (ok, _, err) = hookgate(&["config", "check", bad.to_str().unwrap()]);
+    assert!(!ok);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("bad.yaml:2: server.listen: "), "{err}");
+    assert!(lines[1].contains("bad.yaml:7: endpoints.e.url: "), "{err}");
+}
