@@ -12,5 +12,6 @@ mod idempotency;
 mod ingest;
 mod ops;
 mod ops_cli;
+mod ordering;
 mod reload;
 mod retry_schedule;
