@@ -1,6 +1,7 @@
 //! `${ENV}` interpolation, done on the text before YAML parsing so that secrets never have to
 //! be written into the file. `${NAME:-fallback}` gives a fallback; `$${` writes a literal `${`.
-//! Comment lines are left alone.
+//! Comments — whole lines and the end of a line after ` #` — are left alone: a comment that
+//! mentions `${SECRET}` as an example must not make the file depend on that variable.
 
 /// A variable that is not set and has no fallback, or a value that would break the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,10 +17,7 @@ pub(super) fn interpolate(
     let mut out = String::with_capacity(text.len());
     let mut problems = Vec::new();
     for (index, line) in text.split_inclusive('\n').enumerate() {
-        if line.trim_start().starts_with('#') {
-            out.push_str(line);
-            continue;
-        }
+        let (line, comment) = line.split_at(comment_start(line).unwrap_or(line.len()));
         let mut rest = line;
         while let Some(at) = rest.find("${") {
             if rest[..at].ends_with('$') {
@@ -67,12 +65,47 @@ pub(super) fn interpolate(
             rest = &rest[at + 2 + len + 1..];
         }
         out.push_str(rest);
+        out.push_str(comment);
     }
     if problems.is_empty() {
         Ok(out)
     } else {
         Err(problems)
     }
+}
+
+/// Where a YAML comment starts in `line`: a `#` at the start or after whitespace, outside a
+/// quoted scalar. A quote opens a scalar only where a scalar can begin (after indentation, `:`,
+/// `-`, `[`, `{` or `,`), so the apostrophe in `description: don't` opens nothing.
+fn comment_start(line: &str) -> Option<usize> {
+    let mut quote: Option<char> = None;
+    let mut previous: Option<char> = None;
+    let mut last_significant: Option<char> = None;
+    let mut chars = line.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match quote {
+            Some('"') if c == '\\' => {
+                chars.next();
+            }
+            Some('\'') if c == '\'' && chars.peek().is_some_and(|(_, n)| *n == '\'') => {
+                chars.next();
+            }
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '#' && previous.is_none_or(char::is_whitespace) => return Some(at),
+            None if matches!(c, '"' | '\'')
+                && last_significant.is_none_or(|s| matches!(s, ':' | '-' | '[' | '{' | ',')) =>
+            {
+                quote = Some(c);
+            }
+            None => {}
+        }
+        previous = Some(c);
+        if !c.is_whitespace() {
+            last_significant = Some(c);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -109,6 +142,10 @@ mod tests {
             interpolate("# uses ${NOPE}\na: 1\n", env).unwrap(),
             "# uses ${NOPE}\na: 1\n"
         );
+        assert_eq!(
+            interpolate("a: ${SECRET}   # or ${NOPE}\n", env).unwrap(),
+            "a: whsec_abc   # or ${NOPE}\n"
+        );
         assert_eq!(interpolate("a: ${1BAD}\n", env).unwrap_err()[0].line, 1);
         assert!(
             interpolate("a: ${MULTI}\n", env).unwrap_err()[0]
@@ -119,6 +156,22 @@ mod tests {
             interpolate("a: ${OPEN\n", env).unwrap_err()[0]
                 .reason
                 .contains("closing")
+        );
+    }
+
+    #[test]
+    fn a_hash_inside_quotes_or_a_word_is_not_a_comment() {
+        assert_eq!(comment_start("a: 1 # note"), Some(5));
+        assert_eq!(comment_start("  # whole line"), Some(2));
+        assert_eq!(comment_start("a: \"x # y\" # z"), Some(11));
+        assert_eq!(comment_start("a: [\"#\", '#'] # z"), Some(14));
+        assert_eq!(comment_start("a: 'it''s # y' # z"), Some(15));
+        assert_eq!(comment_start("a: x#y"), None);
+        assert_eq!(comment_start("a: don't # z"), Some(9));
+        assert_eq!(comment_start("- \"a\\\" # b\""), None);
+        assert_eq!(
+            interpolate("k: \"${SECRET} # kept\"\n", env).unwrap(),
+            "k: \"whsec_abc # kept\"\n"
         );
     }
 }
