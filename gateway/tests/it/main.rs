@@ -10,4 +10,5 @@ mod bad_input;
 mod crash_recovery;
 mod idempotency;
 mod ingest;
+mod policies;
 mod retry_schedule;
