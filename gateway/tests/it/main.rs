@@ -8,6 +8,7 @@ mod support;
 mod auth;
 mod bad_input;
 mod crash_recovery;
+mod dead_letter;
 mod idempotency;
 mod ingest;
 mod policies;
