@@ -273,3 +273,42 @@ async fn redrive_sends_every_dead_delivery_of_the_endpoint_again() {
     let (status, body) = gw.post("/v1/endpoints/nope/redrive", json!({})).await;
     assert_eq!(status, 404, "{body}");
 }
+
+#[tokio::test]
+async fn a_410_dead_letters_the_delivery_and_redrive_waits_for_the_endpoint_to_be_reenabled() {
+    let sink = Sink::start().await;
+    sink.always(Reply::status(410));
+    let gw = TestGateway::start(&format!(
+        "{POLICY}topics:\n  t: {{}}\nendpoints:\n{}",
+        endpoint("e", &sink, true)
+    ))
+    .await;
+    gw.ingest("t", "x", json!({})).await;
+    let id = only_delivery_of(&gw, "e").await;
+    let d = wait_status(&gw, &id, "dead").await;
+    assert_eq!(d["last_error"], "gone");
+    let (_, ep) = gw.get("/v1/endpoints/e").await;
+    assert_eq!(ep["state"], "disabled", "{ep}");
+
+    // A disabled endpoint gets nothing, dead letters included.
+    let (status, body) = gw.post("/v1/endpoints/e/redrive", json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "endpoint_not_active");
+    let (status, body) = gw
+        .post(&format!("/v1/deliveries/{id}/redeliver"), json!({}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(listed(&gw, "status=dead").await, [id.clone()]);
+
+    sink.always(Reply::status(200));
+    let (status, body) = gw.post("/v1/endpoints/e/reenable", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = gw.post("/v1/endpoints/e/redrive", json!({})).await;
+    assert_eq!((status, body["queued"].as_u64()), (202, Some(1)), "{body}");
+    let d = wait_status(&gw, &id, "succeeded").await;
+    assert_eq!(
+        (d["round"].as_u64(), d["attempt_count"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(sink.count(), 2);
+}
