@@ -301,3 +301,58 @@ fn policy_preview_refuses_an_invalid_config_with_its_problems() {
         format!("{label}:3: policies.fast.sns.healthyRetryPolicy.numRetries: 101 is above the maximum 100")
     );
 }
+
+#[test]
+fn the_presets_preview_with_the_totals_docs_policies_md_gives() {
+    let totals = [
+        ("standard", "9 attempts, the last 3d after the event"),
+        ("sns-http-default", "4 attempts, the last 1m after the event"),
+        (
+            "sns-customer-managed",
+            "51 attempts, the last 6h 37m 33s after the event",
+        ),
+        (
+            "sns-aws-managed",
+            "100016 attempts, the last 23d 3h 34m 2s after the event",
+        ),
+    ];
+    for (name, total) in totals {
+        let out = hookgate(&["policy", "preview", name]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            stdout.lines().nth(1),
+            Some(format!("{total} (without jitter)").as_str())
+        );
+        // Long runs of equal waits fold, so even 100 016 attempts make a short table.
+        assert!(
+            stdout.lines().count() < 100,
+            "{name}: {} lines",
+            stdout.lines().count()
+        );
+    }
+}
+
+#[test]
+fn the_chart_in_the_docs_is_what_policy_preview_draws() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("standard.svg");
+    let out = hookgate(&[
+        "policy",
+        "preview",
+        "standard",
+        "--svg",
+        &svg.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/standard-schedule.svg"
+    ))
+    .unwrap();
+    assert!(
+        drawn == committed,
+        "docs/standard-schedule.svg is stale: run `hookgate policy preview standard --svg docs/standard-schedule.svg`"
+    );
+}
