@@ -298,7 +298,7 @@ async fn a_410_dead_letters_the_delivery_and_redrive_waits_for_the_endpoint_to_b
         .post(&format!("/v1/deliveries/{id}/redeliver"), json!({}))
         .await;
     assert_eq!(status, 409, "{body}");
-    assert_eq!(listed(&gw, "status=dead").await, [id.clone()]);
+    assert_eq!(listed(&gw, "status=dead").await, std::slice::from_ref(&id));
 
     sink.always(Reply::status(200));
     let (status, body) = gw.post("/v1/endpoints/e/reenable", json!({})).await;
