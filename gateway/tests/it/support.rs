@@ -288,7 +288,6 @@ impl TestGateway {
             g.shutdown().await;
         }
     }
-
 }
 
 impl Drop for TestGateway {
