@@ -1,0 +1,358 @@
+//! The real `hookgate` binary's policy commands (SPEC §11, issue 3): `config check` reports
+//! every invalid SNS attribute as `file:line: path: reason`, and `policy preview` prints the
+//! planned attempts and draws them as SVG.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The seed's example policy (SPEC §4.2), once as YAML and once pasted as JSON.
+const SEED_POLICIES: &str = r#"policies:
+  seed:
+    sns:
+      healthyRetryPolicy:
+        minDelayTarget: 1
+        maxDelayTarget: 60
+        numRetries: 50
+        numNoDelayRetries: 3
+        numMinDelayRetries: 2
+        numMaxDelayRetries: 35
+        backoffFunction: exponential
+  seed-json:
+    sns: '{"healthyRetryPolicy": {"minDelayTarget": 1, "maxDelayTarget": 60, "numRetries": 50, "numNoDelayRetries": 3, "numMinDelayRetries": 2, "numMaxDelayRetries": 35, "backoffFunction": "exponential"}}'
+"#;
+
+fn hookgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(args)
+        .env_remove("HOOKGATE_LOG_FORMAT")
+        .env("HOOKGATE_LOG", "error")
+        .output()
+        .expect("the hookgate binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+fn write(dir: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+#[test]
+fn config_check_reports_every_invalid_sns_attribute_with_file_line_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "bad.yaml",
+        r#"policies:
+  fast:
+    sns:
+      healthyRetryPolicy:
+        numRetries: 101
+  broken:
+    sns:
+      healthyRetryPolicy:
+        minDelayTarget: 0
+        maxDelayTarget: 4000
+        numNoDelayRetries: -1
+        backoffFunction: cubic
+        numRetry: 3
+      throttlePolicy:
+        maxReceivesPerSecond: 0
+      requestPolicy:
+        headerContentType: text/html
+  too-long:
+    sns: {healthyRetryPolicy: {minDelayTarget: 600, maxDelayTarget: 3600, numRetries: 5, numMaxDelayRetries: 5}}
+  too-many-phases:
+    sns: {healthyRetryPolicy: {numRetries: 3, numNoDelayRetries: 2, numMinDelayRetries: 2}}
+  pasted:
+    sns: '{"healthyRetryPolicy": {"numRetries": 150}}'
+  standard:
+    schedule: [0s]
+"#,
+    );
+    let label = file.display().to_string();
+    let out = hookgate(&["config", "check", &label]);
+    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+
+    // (line, path, what the reason says)
+    let expected = [
+        (
+            5,
+            "policies.fast.sns.healthyRetryPolicy.numRetries",
+            "101 is above the maximum 100",
+        ),
+        (
+            9,
+            "policies.broken.sns.healthyRetryPolicy.minDelayTarget",
+            "0 is below the minimum 1",
+        ),
+        (
+            10,
+            "policies.broken.sns.healthyRetryPolicy.maxDelayTarget",
+            "4000 is above the maximum 3600",
+        ),
+        (
+            11,
+            "policies.broken.sns.healthyRetryPolicy.numNoDelayRetries",
+            "-1 is below the minimum 0",
+        ),
+        (
+            12,
+            "policies.broken.sns.healthyRetryPolicy.backoffFunction",
+            "must be one of linear, arithmetic, geometric, exponential",
+        ),
+        (
+            13,
+            "policies.broken.sns.healthyRetryPolicy.numRetry",
+            "unknown attribute",
+        ),
+        (
+            15,
+            "policies.broken.sns.throttlePolicy.maxReceivesPerSecond",
+            "0 is below the minimum 1",
+        ),
+        (
+            17,
+            "policies.broken.sns.requestPolicy.headerContentType",
+            "must be application/json or text/plain",
+        ),
+        (
+            19,
+            "policies.too-long.sns.healthyRetryPolicy",
+            "the retries add up to 18000 s, above the 3600 s limit",
+        ),
+        (
+            21,
+            "policies.too-many-phases.sns.healthyRetryPolicy",
+            "add up to 4, above numRetries 3",
+        ),
+        // Inside a pasted JSON string the line is the `sns:` key's.
+        (
+            23,
+            "policies.pasted.sns.healthyRetryPolicy.numRetries",
+            "150 is above the maximum 100",
+        ),
+        (24, "policies.standard", "cannot be redefined"),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{stderr}");
+    for (line, (number, path, reason)) in lines.iter().zip(expected) {
+        let prefix = format!("{label}:{number}: {path}: ");
+        assert!(
+            line.starts_with(&prefix) && line[prefix.len()..].contains(reason),
+            "expected `{prefix}…{reason}…`, got `{line}`"
+        );
+    }
+    // The issue's own example, verbatim.
+    assert_eq!(
+        lines[0],
+        format!("{label}:5: policies.fast.sns.healthyRetryPolicy.numRetries: 101 is above the maximum 100")
+    );
+}
+
+#[test]
+fn config_check_passes_the_quick_start_config() {
+    let quick_start = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/hookgate.yaml");
+    let out = hookgate(&["config", "check", quick_start]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(": ok ("), "{stdout}");
+}
+
+#[test]
+fn config_check_accepts_an_sns_policy_in_yaml_and_pasted_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "ok.yaml", SEED_POLICIES);
+    let out = hookgate(&["config", "check", &file.display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The four presets and the two policies of the file.
+    assert!(text(&out.stdout).contains("6 policies"), "{}", text(&out.stdout));
+}
+
+/// The rows of a preview table: (attempt, wait, since event, phase).
+fn table_rows(stdout: &str) -> Vec<(u32, String, String, String)> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let mut cells = line.split("  ").map(str::trim).filter(|c| !c.is_empty());
+            let n = cells.next()?.parse().ok()?;
+            let wait = cells.next()?.to_owned();
+            let at = cells.next()?.to_owned();
+            let phase = cells.next()?.to_owned();
+            Some((n, wait, at, phase))
+        })
+        .collect()
+}
+
+#[test]
+fn policy_preview_shows_the_seed_policys_51_attempts_and_draws_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "seed.yaml", SEED_POLICIES);
+    let config = config.display().to_string();
+    let svg = dir.path().join("seed.svg");
+    let out = hookgate(&[
+        "policy",
+        "preview",
+        "seed",
+        "--config",
+        &config,
+        "--svg",
+        &svg.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("seed: SNS delivery policy, 50 retries (3 no-delay, 2 pre-backoff at 1 s, 10 exponential backoff 1 → 60 s, 35 post-backoff at 60 s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("51 attempts, the last 36m 45s after the event (without jitter)"),
+        "{stdout}"
+    );
+    let rows = table_rows(&stdout);
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=51).collect::<Vec<_>>()
+    );
+    let phases: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
+    let expected_phases: Vec<&str> = std::iter::once("initial")
+        .chain(std::iter::repeat_n("no-delay", 3))
+        .chain(std::iter::repeat_n("pre-backoff", 2))
+        .chain(std::iter::repeat_n("backoff", 10))
+        .chain(std::iter::repeat_n("post-backoff", 35))
+        .collect();
+    assert_eq!(phases, expected_phases);
+    assert_eq!((rows[4].1.as_str(), rows[4].2.as_str()), ("1s", "1s"));
+    assert_eq!((rows[15].1.as_str(), rows[15].2.as_str()), ("1m", "1m 45s"));
+    assert_eq!((rows[50].1.as_str(), rows[50].2.as_str()), ("1m", "36m 45s"));
+    assert!(stdout.contains(&format!("chart written to {}", svg.display())));
+
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        chart.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{chart}"
+    );
+    assert!(chart.trim_end().ends_with("</svg>"));
+    assert!(chart.contains("<title>Policy seed"));
+    assert!(chart.contains("attempt (all 51)"));
+    for phase in ["no-delay", "pre-backoff", "backoff", "post-backoff"] {
+        assert!(
+            chart.contains(&format!(">{phase}</text>")),
+            "legend lacks {phase}"
+        );
+    }
+
+    // The pasted JSON previews the same attempts.
+    let out = hookgate(&["policy", "preview", "seed-json", "--config", &config]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(table_rows(&text(&out.stdout)), rows);
+}
+
+#[test]
+fn policy_preview_of_standard_needs_no_config_and_ends_at_the_deadline() {
+    let out = hookgate(&["policy", "preview", "standard"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let rows = table_rows(&stdout);
+    let waits: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(
+        waits,
+        ["0s", "30s", "2m", "10m", "1h", "4h", "12h", "1d", "1d 6h 47m 30s"]
+    );
+    assert_eq!(rows[8].2, "3d");
+    assert!(rows[8].3.contains("brought forward to the deadline"), "{stdout}");
+}
+
+#[test]
+fn policy_preview_of_an_unknown_policy_names_the_known_ones() {
+    let out = hookgate(&["policy", "preview", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("no policy `nope`"), "{stderr}");
+    for preset in [
+        "standard",
+        "sns-http-default",
+        "sns-aws-managed",
+        "sns-customer-managed",
+    ] {
+        assert!(stderr.contains(preset), "{stderr}");
+    }
+}
+
+#[test]
+fn policy_preview_refuses_an_invalid_config_with_its_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "bad.yaml",
+        "policies:\n  fast:\n    sns: {healthyRetryPolicy: {numRetries: 101}}\n",
+    );
+    let label = file.display().to_string();
+    let out = hookgate(&["policy", "preview", "fast", "--config", &label]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        format!("{label}:3: policies.fast.sns.healthyRetryPolicy.numRetries: 101 is above the maximum 100")
+    );
+}
+
+#[test]
+fn the_presets_preview_with_the_totals_docs_policies_md_gives() {
+    let totals = [
+        ("standard", "9 attempts, the last 3d after the event"),
+        ("sns-http-default", "4 attempts, the last 1m after the event"),
+        (
+            "sns-customer-managed",
+            "51 attempts, the last 6h 37m 33s after the event",
+        ),
+        (
+            "sns-aws-managed",
+            "100016 attempts, the last 23d 3h 34m 2s after the event",
+        ),
+    ];
+    for (name, total) in totals {
+        let out = hookgate(&["policy", "preview", name]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            stdout.lines().nth(1),
+            Some(format!("{total} (without jitter)").as_str())
+        );
+        // Long runs of equal waits fold, so even 100 016 attempts make a short table.
+        assert!(
+            stdout.lines().count() < 100,
+            "{name}: {} lines",
+            stdout.lines().count()
+        );
+    }
+}
+
+#[test]
+fn the_chart_in_the_docs_is_what_policy_preview_draws() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("standard.svg");
+    let out = hookgate(&[
+        "policy",
+        "preview",
+        "standard",
+        "--svg",
+        &svg.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/standard-schedule.svg"
+    ))
+    .unwrap();
+    assert!(
+        drawn == committed,
+        "docs/standard-schedule.svg is stale: run `hookgate policy preview standard --svg docs/standard-schedule.svg`"
+    );
+}
