@@ -14,6 +14,6 @@ mod ingest;
 mod ops;
 mod ops_cli;
 mod ordering;
-mod reload;
 mod policies;
+mod reload;
 mod retry_schedule;
