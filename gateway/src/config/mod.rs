@@ -246,6 +246,11 @@ pub struct RawEndpoint {
 pub struct Config {
     /// The file this came from; None for the embedded default.
     pub source: Option<PathBuf>,
+    /// Where the plugin bindings stand in the file, for problems found after loading (a bound
+    /// plugin of the wrong kind, once it is loaded).
+    binding_lines: BTreeMap<String, usize>,
+    /// How problems name the file (its path, or `<embedded default>`).
+    label: String,
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub plugins: PluginsConfig,
@@ -395,6 +400,45 @@ impl Config {
             .or_else(|| self.policies.get("standard"))
             .cloned()
             .unwrap_or_else(|| Arc::new(Policy::standard()))
+    }
+
+    /// Checks every plugin binding against the kind of plugin loaded under its name:
+    /// `world_of(name)` is `Some("transformer" | "signer" | "backoff")` for a loaded plugin.
+    /// A plugin that is not loaded (yet) is not an error — its attempts fail with
+    /// `plugin_error` until it appears (SPEC §7); a plugin of the wrong kind is.
+    pub fn check_plugin_bindings(
+        &self,
+        world_of: impl Fn(&str) -> Option<&'static str>,
+    ) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        for (name, ep) in &self.endpoints {
+            for (kind, world, binding) in [
+                ("transform", "transformer", &ep.transform),
+                ("signer", "signer", &ep.signer),
+                ("backoff", "backoff", &ep.backoff),
+            ] {
+                let Some(binding) = binding else { continue };
+                if let Some(found) = world_of(&binding.plugin)
+                    && found != world
+                {
+                    let path = format!("endpoints.{name}.{kind}.plugin");
+                    problems.push(Problem {
+                        file: self.label.clone(),
+                        line: self.binding_lines.get(&path).copied().unwrap_or(1),
+                        reason: format!(
+                            "plugin `{}` is a {found}, but `{kind}` needs a {world}",
+                            binding.plugin
+                        ),
+                        path,
+                    });
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError { problems })
+        }
     }
 
     /// Whether apps may post to `topic`.
@@ -679,8 +723,20 @@ fn build(
         v.problems.sort_by_key(|p| p.line);
         return Err(ConfigError { problems: v.problems });
     }
+    let binding_lines = endpoints
+        .keys()
+        .flat_map(|name| {
+            ["transform", "signer", "backoff"].map(|kind| format!("endpoints.{name}.{kind}.plugin"))
+        })
+        .map(|path| {
+            let line = line_of(&path);
+            (path, line)
+        })
+        .collect();
     Ok(Config {
         source,
+        binding_lines,
+        label: label.to_owned(),
         server,
         storage,
         plugins,

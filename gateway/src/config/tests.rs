@@ -206,3 +206,19 @@ fn the_json_schema_describes_endpoints() {
     assert!(schema.contains("max_per_second"), "{schema}");
     assert!(schema.contains("dead_letter"));
 }
+
+#[test]
+fn a_binding_to_a_plugin_of_another_kind_is_a_problem_once_it_is_loaded() {
+    let c = load("topics:\n  t: {}\nendpoints:\n  e:\n    url: http://x.example/\n    topics: [t]\n    transform: { plugin: github-signature }\n    signer: { plugin: not-loaded-yet }\n").unwrap();
+    let worlds = |name: &str| match name {
+        "github-signature" => Some("signer"),
+        _ => None,
+    };
+    let err = c.check_plugin_bindings(worlds).unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert_eq!(
+        err.problems[0].to_string(),
+        "test.yaml:7: endpoints.e.transform.plugin: plugin `github-signature` is a signer, but `transform` needs a transformer"
+    );
+    assert!(c.check_plugin_bindings(|_| None).is_ok());
+}
