@@ -8,6 +8,7 @@ mod support;
 mod auth;
 mod bad_input;
 mod crash_recovery;
+mod health;
 mod idempotency;
 mod ingest;
 mod retry_schedule;
