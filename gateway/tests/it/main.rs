@@ -11,4 +11,5 @@ mod crash_recovery;
 mod health;
 mod idempotency;
 mod ingest;
+mod recovery;
 mod retry_schedule;
