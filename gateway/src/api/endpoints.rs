@@ -201,9 +201,11 @@ pub(crate) struct ReplayOutcome {
     until: Timestamp,
     /// Events queued again for the endpoint.
     queued: usize,
-    /// More than 10 000 events matched: only the first 10 000 were queued.
+    /// More than 10 000 events matched: only the oldest were queued, up to a millisecond
+    /// boundary (so possibly a few fewer than 10 000).
     truncated: bool,
-    /// When truncated: pass this as `since` to continue.
+    /// When truncated: pass this as `since` to continue. Every matching event before it was
+    /// queued and none from it on, so continuing neither repeats nor skips an event.
     #[schema(value_type = Option<String>, format = DateTime)]
     continue_from: Option<Timestamp>,
     /// The id range of the new deliveries, to follow them (`GET /v1/deliveries/summary`).
@@ -245,6 +247,49 @@ fn replay_window(
     Ok((since, until))
 }
 
+/// The events one replay call queues, oldest first, and where the next call continues if
+/// the window holds more than [`REPLAY_MAX_EVENTS`].
+///
+/// The cursor is a time (SPEC §6), and times have millisecond precision while a batch of
+/// events shares one receipt time. So a truncated batch ends at a millisecond boundary: it
+/// holds every matching event before `continue_from` and none from it on, and continuing
+/// from there neither repeats nor skips an event. That may queue a few fewer than 10 000.
+/// Should more than 10 000 events share the window's first millisecond, that millisecond is
+/// queued whole: a little over the limit, rather than a cursor that cannot move forward.
+async fn replay_batch(
+    state: &AppState,
+    window: impl Fn(Timestamp, Timestamp) -> ReplayWindow,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<(Vec<Arc<Event>>, Option<Timestamp>), ApiError> {
+    let limit = REPLAY_MAX_EVENTS as usize;
+    let mut events = state
+        .store
+        .events_in_window(window(since, until), REPLAY_MAX_EVENTS + 1)
+        .await?;
+    if events.len() <= limit {
+        return Ok((events, None));
+    }
+    let first_unsent = events[limit].received_at;
+    events.truncate(limit);
+    let whole_milliseconds = events.partition_point(|e| e.received_at < first_unsent);
+    if whole_milliseconds > 0 {
+        events.truncate(whole_milliseconds);
+        return Ok((events, Some(first_unsent)));
+    }
+    let next_millisecond = first_unsent.plus(Duration::from_millis(1));
+    let crowded = state
+        .store
+        .events_in_window(window(first_unsent, next_millisecond), u32::MAX)
+        .await?;
+    let more = !state
+        .store
+        .events_in_window(window(next_millisecond, until), 1)
+        .await?
+        .is_empty();
+    Ok((crowded, more.then_some(next_millisecond)))
+}
+
 enum Queued {
     Fresh(ReplayOutcome),
     /// The idempotency key's first answer, found at commit time.
@@ -263,24 +308,14 @@ async fn queue_replay(
         let ep = ep.clone();
         Arc::new(move |e: &Event| ep.matches_type(&e.event_type))
     };
-    let mut events = state
-        .store
-        .events_in_window(
-            ReplayWindow {
-                topics: ep.topics.clone(),
-                since,
-                until,
-                matches: matcher,
-            },
-            REPLAY_MAX_EVENTS + 1,
-        )
-        .await?;
-    let truncated = events.len() > REPLAY_MAX_EVENTS as usize;
-    let continue_from = if truncated {
-        events.pop().map(|e| e.received_at)
-    } else {
-        None
+    let window = |since: Timestamp, until: Timestamp| ReplayWindow {
+        topics: ep.topics.clone(),
+        since,
+        until,
+        matches: matcher.clone(),
     };
+    let (events, continue_from) = replay_batch(state, window, since, until).await?;
+    let truncated = continue_from.is_some();
     let endpoint_name = ep.name.to_string();
     // The answer names the new deliveries, so it is made inside the commit that creates them.
     let answer = move |ready: &[ReadyDelivery]| ReplayOutcome {

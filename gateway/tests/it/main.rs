@@ -12,4 +12,5 @@ mod health;
 mod idempotency;
 mod ingest;
 mod recovery;
+mod replay;
 mod retry_schedule;
