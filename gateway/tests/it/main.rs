@@ -13,4 +13,5 @@ mod idempotency;
 mod ingest;
 mod recovery;
 mod replay;
+mod retention;
 mod retry_schedule;
