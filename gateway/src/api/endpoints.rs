@@ -213,31 +213,38 @@ pub(crate) struct ReplayOutcome {
     last_delivery: Option<String>,
 }
 
+fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    Timestamp::parse_rfc3339(text)
+        .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
+}
+
+/// The start of a replay window, at most 7 days back (SPEC §6).
+fn replay_start(now: Timestamp, field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    let since = parse_time(field, text)?;
+    if since < now.minus(REPLAY_MAX_AGE) {
+        return Err(ApiError::bad_request(
+            "replay_window_too_large",
+            format!(
+                "`{field}` may be at most 7 days back (not before {})",
+                now.minus(REPLAY_MAX_AGE)
+            ),
+        ));
+    }
+    Ok(since)
+}
+
 /// Checks a replay window against SPEC §6's limits.
 fn replay_window(
     now: Timestamp,
     since: &str,
     until: Option<&str>,
 ) -> Result<(Timestamp, Timestamp), ApiError> {
-    let parse = |field: &str, text: &str| {
-        Timestamp::parse_rfc3339(text)
-            .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
-    };
-    let since = parse("since", since)?;
+    let since = replay_start(now, "since", since)?;
     let until = until
-        .map(|u| parse("until", u))
+        .map(|u| parse_time("until", u))
         .transpose()?
         .unwrap_or(now)
         .min(now);
-    if since < now.minus(REPLAY_MAX_AGE) {
-        return Err(ApiError::bad_request(
-            "replay_window_too_large",
-            format!(
-                "`since` may be at most 7 days back (not before {})",
-                now.minus(REPLAY_MAX_AGE)
-            ),
-        ));
-    }
     if until <= since {
         return Err(ApiError::bad_request(
             "invalid_window",
@@ -454,19 +461,31 @@ async fn reenable(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request("malformed_body", format!("not a re-enable request: {e}")))?
     };
-    // Check the window before changing anything, so a bad request has no effect.
-    let window = input
+    // Check `replay_since` before changing anything, so a bad request has no effect.
+    let now = state.clock.now();
+    let replay_since = input
         .replay_since
         .as_deref()
-        .map(|since| replay_window(state.clock.now(), since, None))
+        .map(|text| replay_start(now, "replay_since", text))
         .transpose()?;
+    if replay_since.is_some_and(|since| since > now) {
+        return Err(ApiError::bad_request(
+            "invalid_window",
+            "`replay_since` is in the future",
+        ));
+    }
     state
         .scheduler
         .reenable(ep.name.clone())
         .await
         .ok_or_else(|| ApiError::unavailable("the gateway is shutting down"))?;
-    let replay = match window {
-        Some((since, until)) => match queue_replay(&state, &ep, since, until, None).await? {
+    // The window closes only once the endpoint receives events again, and takes in that
+    // millisecond whole: an event the paused endpoint missed can share its millisecond with
+    // the re-enable. An event of that millisecond that was delivered anyway may then be sent
+    // twice (receivers deduplicate by webhook-id) — better than lost.
+    let until = state.clock.now().plus(Duration::from_millis(1));
+    let replay = match replay_since {
+        Some(since) => match queue_replay(&state, &ep, since, until, None).await? {
             Queued::Fresh(answer) => Some(answer),
             Queued::Earlier(_) => None,
         },

@@ -122,6 +122,33 @@ async fn reenable_with_replay_since_sends_exactly_the_events_missed_while_paused
     sink.wait_for(4, WAIT).await;
 }
 
+#[tokio::test]
+async fn an_event_missed_in_the_same_millisecond_as_the_reenable_is_replayed() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(503)]);
+    let probe = Probe::start().await;
+    let gw = TestGateway::start(&config(&sink, &probe, QUICK_PAUSE)).await;
+    gw.ingest("t", "order.created", json!({})).await;
+    wait_state(&gw, "e", "degraded").await;
+    gw.advance(Duration::from_secs(3600));
+    let e = wait_state(&gw, "e", "paused").await;
+    let paused_at = time(&e["history"].as_array().unwrap().last().unwrap()["at"]);
+
+    // The clock stands still: the missed event and the re-enable share one millisecond.
+    let missed = gw.ingest("t", "order.paid", json!({})).await;
+    assert_eq!(missed["deliveries"], 0);
+    let (status, body) = gw
+        .post(
+            "/v1/endpoints/e/reenable",
+            json!({"replay_since": paused_at.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["replayed"], 1);
+    let got = sink.wait_for(2, WAIT).await;
+    assert_eq!(got[1].header("webhook-id"), missed["id"].as_str().unwrap());
+}
+
 /// Three `order.*` events delivered at START, a minute ago.
 async fn three_delivered_events() -> (TestGateway, Sink, Probe) {
     let sink = Sink::start().await;
