@@ -217,7 +217,19 @@ impl Scheduler {
         }
         let pending = actor.store.pending_deliveries().await?;
         let restored = pending.len();
+        let now = actor.clock.now();
         for p in pending {
+            if !actor.receives_events(&p.endpoint) {
+                // The pause was committed but not yet the failing of its waiting deliveries
+                // when the gateway stopped: finish that now instead of sending them.
+                let _ = actor.changes.send(StateChange::Finish {
+                    delivery: p.id,
+                    status: DeliveryStatus::Failed,
+                    error: ErrorKind::EndpointPaused.as_str().into(),
+                    now,
+                });
+                continue;
+            }
             let item = Item {
                 id: p.id,
                 endpoint: p.endpoint,

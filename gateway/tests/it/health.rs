@@ -364,3 +364,55 @@ async fn every_state_change_is_published_on_the_operator_topic() {
     }
     assert_eq!(pager.count(), 6);
 }
+
+#[tokio::test]
+async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_restart() {
+    use std::sync::Arc;
+
+    use hookgate::model::Event;
+    use hookgate::store::{IngestBatch, IngestItem, SqliteOptions, SqliteStore, Store};
+
+    let sink = Sink::start().await;
+    sink.always(Reply::status(410));
+    let probe = Probe::start().await;
+    let yaml = config(&sink, &probe, "");
+    let mut gw = TestGateway::start(&yaml).await;
+    gw.ingest("t", "order.created", json!({})).await;
+    wait_state(&gw, "e", "disabled").await;
+    gw.stop().await;
+
+    // As if the gateway had stopped after committing the disable but before failing the
+    // endpoint's waiting deliveries: one is still pending on disk.
+    let store = SqliteStore::open(SqliteOptions::new(gw.dir.path().join("hookgate.db"))).unwrap();
+    store
+        .ingest(IngestBatch {
+            items: vec![IngestItem {
+                event: Arc::new(Event {
+                    id: "evt_left_pending".into(),
+                    topic: "t".into(),
+                    event_type: "order.created".into(),
+                    content_type: "application/json".into(),
+                    payload: "{}".into(),
+                    ordering_key: None,
+                    received_at: gw.now(),
+                }),
+                endpoints: vec![Arc::from("e")],
+            }],
+            idempotency: None,
+            now: gw.now(),
+        })
+        .await
+        .unwrap();
+    store.close().await;
+
+    let gw = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
+    let event = gw
+        .wait_until("/v1/events/evt_left_pending", WAIT, |e| {
+            e["deliveries"][0]["status"] == "failed"
+        })
+        .await;
+    assert_eq!(event["deliveries"][0]["last_error"], "endpoint_paused");
+    assert_eq!(event["deliveries"][0]["attempt_count"], 0);
+    probe.barrier(&gw).await;
+    assert_eq!(sink.count(), 1);
+}
