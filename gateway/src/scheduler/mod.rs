@@ -735,9 +735,14 @@ impl Actor {
         )
     }
 
-    /// Steps health outside an attempt (timer, re-enable), records it and applies effects.
+    /// Steps health outside an attempt (re-enable), records it and applies effects.
     fn step_health(&mut self, endpoint: &Arc<str>, input: HealthInput) -> EndpointHealth {
         let now = self.clock.now();
+        self.step_health_at(endpoint, input, now)
+    }
+
+    /// [`Self::step_health`] at a given time: a timer's deadline.
+    fn step_health_at(&mut self, endpoint: &Arc<str>, input: HealthInput, now: Timestamp) -> EndpointHealth {
         let (write, effects) = self.health_change(endpoint, input, now);
         let health = write.health.clone();
         let _ = self.changes.send(StateChange::Health(write));
@@ -791,8 +796,12 @@ impl Actor {
             let rules = self.config.load().health.rules.clone();
             let current = self.health_of(&endpoint);
             // A timer armed for an older state is stale: only the current deadline counts.
+            // The rule took effect at its deadline, so that is the time the change is recorded
+            // with, not whenever the timer got to run: on a busy runtime, under a scaled clock
+            // (at 86400x the timer's one-millisecond grain is 86 simulated seconds), or at a
+            // start after downtime, where a chain of overdue deadlines is then replayed in order.
             if health::next_deadline(&rules, &current) == Some(at) {
-                self.step_health(&endpoint, HealthInput::Tick);
+                self.step_health_at(&endpoint, HealthInput::Tick, at);
             }
         }
     }

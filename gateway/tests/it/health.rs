@@ -2,6 +2,7 @@
 //! success on the manual clock, the exact timers, the effects of a pause, operator events and
 //! persistence across a restart. The last test drives the real binary with `--time-scale`.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use hookgate::model::Timestamp;
@@ -270,6 +271,45 @@ async fn three_days_and_twenty_failures_pause_then_seven_days_disable_exactly_on
 }
 
 #[tokio::test]
+async fn deadlines_that_passed_while_the_gateway_was_down_apply_at_start_at_their_own_times() {
+    let sink = Sink::start().await;
+    sink.always(Reply::status(503));
+    let probe = Probe::start().await;
+    let yaml = config(&sink, &probe, "");
+    let mut gw = TestGateway::start(&yaml).await;
+    ingest_n(&gw, 20).await;
+    wait_failures(&gw, "e", 20).await;
+    wait_state(&gw, "e", "degraded").await;
+    gw.stop().await;
+
+    // Down for ten days: both the pause (3 days) and the disable (7 days) are overdue.
+    gw.clock.advance(10 * DAY);
+    let gw = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
+    let e = wait_state(&gw, "e", "disabled").await;
+    let history: Vec<(String, Timestamp)> = e["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["state"].as_str().unwrap().to_owned(), time(&h["at"])))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            ("degraded".to_owned(), START),
+            ("paused".to_owned(), START.plus(3 * DAY)),
+            ("disabled".to_owned(), START.plus(7 * DAY)),
+        ]
+    );
+    // The deliveries that were waiting fail; none is attempted.
+    gw.wait_until("/v1/deliveries?endpoint=e&status=failed", WAIT, |l| {
+        l["deliveries"].as_array().unwrap().len() == 20
+    })
+    .await;
+    probe.barrier(&gw).await;
+    assert_eq!(sink.count(), 20);
+}
+
+#[tokio::test]
 async fn a_410_disables_the_endpoint_at_once() {
     let sink = Sink::start().await;
     sink.script(std::iter::repeat_n(Reply::status(503), 5));
@@ -415,4 +455,301 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
     assert_eq!(event["deliveries"][0]["attempt_count"], 0);
     probe.barrier(&gw).await;
     assert_eq!(sink.count(), 1);
+}
+
+/// The `hookgate` binary as a child process; killed (SIGKILL) if the test fails before it
+/// stops it.
+struct Binary {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Binary {
+    /// Starts `hookgate serve` with the simulated clock `time_scale` times faster, and waits
+    /// until it listens (on a port the OS chose, read from its JSON log).
+    async fn start(config: &std::path::Path, log: &std::path::Path, time_scale: u32) -> Binary {
+        let _ = std::fs::remove_file(log);
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(config)
+            .args(["--time-scale", &time_scale.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let addr = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|l| l["message"] == "hookgate is listening")
+                .and_then(|l| l["addr"].as_str().map(str::to_owned));
+            if let Some(addr) = addr {
+                return Binary {
+                    child,
+                    base: format!("http://{addr}"),
+                };
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the gateway did not start:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    async fn stop(mut self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                assert!(exit.success(), "{exit}");
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no exit after SIGTERM");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn get_json(http: &reqwest::Client, url: String) -> Value {
+    let response = http.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{url}");
+    response.json().await.unwrap()
+}
+
+/// Ingests one event; answers its id and how many deliveries it got.
+async fn post_event(http: &reqwest::Client, base: &str, event_type: &str) -> (String, u64) {
+    let response = http
+        .post(format!("{base}/v1/topics/t/events"))
+        .json(&json!({"type": event_type, "payload": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    (
+        body["id"].as_str().unwrap().to_owned(),
+        body["deliveries"].as_u64().unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_binary_with_a_day_per_second_walks_an_endpoint_down_and_replays_what_it_missed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    const SCALE: u32 = 86_400;
+    let real_start = std::time::Instant::now();
+    let sink = Sink::start().await;
+    sink.always(Reply::status(503));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookgate.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "server:\n  listen: 127.0.0.1:0\nstorage:\n  path: {d}/hookgate.db\nplugins:\n  dir: {d}/plugins\n\
+             delivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n\
+             policies:\n  hourly:\n    schedule: [0s, 2h, 2h, 2h, 2h]\n    jitter: 0\n\
+             topics:\n  t: {{}}\n\
+             endpoints:\n  e:\n    url: {url}\n    topics: [t]\n    types: [\"order.*\"]\n    policy: hourly\n",
+            d = dir.path().display(),
+            url = sink.url("/hook"),
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("gateway.log");
+    let http = reqwest::Client::new();
+    let gw = Binary::start(&config, &log, SCALE).await;
+    let endpoint_url = format!("{}/v1/endpoints/e", gw.base);
+
+    // An app keeps sending: an `order.*` event about every simulated hour, and a `user.*`
+    // event (which `e` does not take) now and then.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent: Arc<Mutex<Vec<(String, String, u64)>>> = Arc::default();
+    let app = {
+        let (http, base, stop, sent) = (http.clone(), gw.base.clone(), stop.clone(), sent.clone());
+        tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let event_type = if n % 5 == 4 {
+                    "user.created"
+                } else {
+                    "order.created"
+                };
+                let (id, deliveries) = post_event(&http, &base, event_type).await;
+                sent.lock().unwrap().push((id, event_type.to_owned(), deliveries));
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        })
+    };
+
+    // Watch the state: active → degraded → paused → disabled, within a bounded real time.
+    let mut seen = vec!["active".to_owned()];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let mut sent_when_paused = None;
+    while seen.last().unwrap() != "disabled" {
+        let e = get_json(&http, endpoint_url.clone()).await;
+        let state = e["state"].as_str().unwrap().to_owned();
+        if *seen.last().unwrap() != state {
+            if state == "paused" {
+                sent_when_paused = Some(sink.count());
+            }
+            seen.push(state);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "states seen: {seen:?}; last: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    app.await.unwrap();
+    assert_eq!(seen, ["active", "degraded", "paused", "disabled"]);
+    let walked_down = real_start.elapsed();
+
+    let e = get_json(&http, endpoint_url.clone()).await;
+    let history = e["history"].as_array().unwrap().clone();
+    let states: Vec<&str> = history.iter().map(|h| h["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["degraded", "paused", "disabled"]);
+    let failing_since = time(&e["failing_since"]);
+    let paused_at = time(&history[1]["at"]);
+    let disabled_at = time(&history[2]["at"]);
+    // Attempts keep failing until the pause, so an attempt may be what pauses the endpoint,
+    // a moment after the timer's deadline.
+    let pause_lag = paused_at.since(failing_since.plus(3 * DAY));
+    assert!(paused_at >= failing_since.plus(3 * DAY), "{e}");
+    assert!(pause_lag <= 6 * HOUR, "paused {pause_lag:?} after the deadline");
+    assert!(e["consecutive_failures"].as_u64().unwrap() >= 20, "{e}");
+    // No attempt runs while paused: the timer disables it, recorded at its exact deadline.
+    assert_eq!(disabled_at, failing_since.plus(7 * DAY), "{e}");
+
+    // Nothing was sent while paused: every attempt the gateway made started before the pause,
+    // and the sink got exactly those.
+    let (_, list) = (
+        (),
+        get_json(&http, format!("{}/v1/deliveries?endpoint=e&limit=1000", gw.base)).await,
+    );
+    let mut attempts = 0;
+    for d in list["deliveries"].as_array().unwrap() {
+        assert_ne!(d["status"], "pending", "{d}");
+        let detail = get_json(
+            &http,
+            format!("{}/v1/deliveries/{}", gw.base, d["id"].as_str().unwrap()),
+        )
+        .await;
+        for a in detail["attempts"].as_array().unwrap() {
+            assert!(
+                time(&a["started_at"]) < paused_at,
+                "{a} after the pause at {paused_at}"
+            );
+            attempts += 1;
+        }
+    }
+    assert_eq!(sink.count(), attempts);
+    let sent_when_paused = sent_when_paused.unwrap();
+    assert!(sink.count() >= sent_when_paused);
+
+    // Which events did `e` miss since the pause? Those received from then on, of its types.
+    let sent = sent.lock().unwrap().clone();
+    let mut missed = HashSet::new();
+    for (id, event_type, deliveries) in &sent {
+        let event = get_json(&http, format!("{}/v1/events/{id}", gw.base)).await;
+        let received_at = time(&event["received_at"]);
+        if received_at >= paused_at {
+            assert!(
+                *deliveries == 0 || received_at == paused_at,
+                "{id} was queued while paused"
+            );
+            if event_type.starts_with("order.") {
+                missed.insert(id.clone());
+            }
+        }
+    }
+    assert!(missed.len() >= 10, "only {} missed events", missed.len());
+
+    sink.always(Reply::status(200));
+    let before_replay = sink.count();
+    let response = http
+        .post(format!("{endpoint_url}/reenable"))
+        .json(&json!({"replay_since": paused_at.to_rfc3339()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let reenabled: Value = response.json().await.unwrap();
+    assert_eq!(
+        reenabled["replayed"].as_u64().unwrap() as usize,
+        missed.len(),
+        "{reenabled}"
+    );
+    let got = sink.wait_for(before_replay + missed.len(), WAIT).await;
+    let replayed: HashSet<String> = got[before_replay..]
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(replayed, missed);
+    wait_until_json(
+        &http,
+        &format!("{}/v1/deliveries?endpoint=e&status=pending", gw.base),
+        |l| l["deliveries"].as_array().unwrap().is_empty(),
+    )
+    .await;
+    let e = get_json(&http, endpoint_url.clone()).await;
+    assert_eq!(e["state"], "active");
+    assert!(!e["last_success_at"].is_null(), "{e}");
+    assert_eq!(
+        sink.count(),
+        before_replay + missed.len(),
+        "exactly the missed events"
+    );
+
+    // A restart keeps state, counters and history.
+    let e_before = e;
+    gw.stop().await;
+    let gw = Binary::start(&config, &log, SCALE).await;
+    let e_after = get_json(&http, format!("{}/v1/endpoints/e", gw.base)).await;
+    for key in [
+        "state",
+        "consecutive_failures",
+        "failing_since",
+        "last_success_at",
+        "state_changed_at",
+        "history",
+    ] {
+        assert_eq!(e_after[key], e_before[key], "{key} after a restart");
+    }
+    gw.stop().await;
+    println!(
+        "real binary at {SCALE}x: active → disabled in {walked_down:?} real time, paused \
+         {pause_lag:?} simulated after the deadline, {} events missed and replayed, whole test {:?}",
+        missed.len(),
+        real_start.elapsed()
+    );
+}
+
+async fn wait_until_json(http: &reqwest::Client, url: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let value = get_json(http, url.to_owned()).await;
+        if check(&value) {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "last: {value}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
