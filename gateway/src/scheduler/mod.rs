@@ -207,6 +207,7 @@ impl Scheduler {
             in_flight: 0,
             tasks: JoinSet::new(),
             health_timers: BinaryHeap::new(),
+            armed_deadlines: HashMap::new(),
             changes: changes_tx,
             changes_rx: Some(changes_rx),
             publisher: None,
@@ -305,6 +306,9 @@ struct Actor {
     in_flight: u32,
     tasks: JoinSet<Finished>,
     health_timers: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
+    /// The deadline each endpoint has a timer for, so that the failures of a degraded endpoint,
+    /// which all leave it with the same deadline, do not push one heap entry each.
+    armed_deadlines: HashMap<Arc<str>, Timestamp>,
     changes: mpsc::UnboundedSender<StateChange>,
     changes_rx: Option<mpsc::UnboundedReceiver<StateChange>>,
     publisher: Option<Publisher>,
@@ -781,7 +785,10 @@ impl Actor {
 
     fn arm_health_timer(&mut self, endpoint: &Arc<str>, h: &EndpointHealth) {
         let rules = &self.config.load().health.rules;
-        if let Some(at) = health::next_deadline(rules, h) {
+        if let Some(at) = health::next_deadline(rules, h)
+            && self.armed_deadlines.get(endpoint) != Some(&at)
+        {
+            self.armed_deadlines.insert(endpoint.clone(), at);
             self.health_timers.push(Reverse((at, endpoint.clone())));
         }
     }
@@ -793,6 +800,9 @@ impl Actor {
             .is_some_and(|Reverse((at, _))| *at <= now)
         {
             let Reverse((at, endpoint)) = self.health_timers.pop().expect("peeked");
+            if self.armed_deadlines.get(&endpoint) == Some(&at) {
+                self.armed_deadlines.remove(&endpoint);
+            }
             let rules = self.config.load().health.rules.clone();
             let current = self.health_of(&endpoint);
             // A timer armed for an older state is stale: only the current deadline counts.
@@ -817,7 +827,7 @@ impl Actor {
     }
 
     /// The config changed: lanes pick up new limits; endpoints that are gone end their waiting
-    /// deliveries with `endpoint_removed`.
+    /// deliveries with `endpoint_removed`; health timers follow the new health rules.
     fn reconfigure(&mut self) {
         let config = self.config.load_full();
         let now = self.clock.now();
@@ -849,6 +859,20 @@ impl Actor {
         }
         for (name, lane) in self.lanes.iter_mut() {
             lane.reconfigure(name, &config, self.clock.clone());
+        }
+        // Changed rules move the deadlines: without a new timer an endpoint with no attempts
+        // running (a paused one) would wait for an input that never comes. A deadline already
+        // past fires on the next turn, recorded at the time the new rule gives.
+        let endpoints: Vec<(Arc<str>, EndpointHealth)> = self
+            .shared
+            .health
+            .read()
+            .expect("health lock")
+            .iter()
+            .map(|(name, h)| (name.clone(), h.clone()))
+            .collect();
+        for (name, h) in endpoints {
+            self.arm_health_timer(&name, &h);
         }
     }
 }

@@ -309,6 +309,65 @@ async fn deadlines_that_passed_while_the_gateway_was_down_apply_at_start_at_thei
     assert_eq!(sink.count(), 20);
 }
 
+/// Applies `yaml` (after the test base) to the running gateway, as a file reload would.
+fn reload(gw: &TestGateway, yaml: &str) {
+    let path = gw.dir.path().join("reloaded.yaml");
+    std::fs::write(
+        &path,
+        format!("{}{yaml}", crate::support::base_yaml(gw.dir.path())),
+    )
+    .unwrap();
+    let config = hookgate::config::load_file(&path).unwrap();
+    gw.gateway.as_ref().unwrap().reloader().apply(config);
+}
+
+#[tokio::test]
+async fn changed_health_rules_move_the_timers_of_a_running_gateway() {
+    let sink = Sink::start().await;
+    sink.always(Reply::status(503));
+    let probe = Probe::start().await;
+    let gw = TestGateway::start(&config(&sink, &probe, "")).await;
+    ingest_n(&gw, 20).await;
+    wait_failures(&gw, "e", 20).await;
+    wait_state(&gw, "e", "degraded").await;
+
+    // One day instead of three (no attempt runs in between: the retries come at 30 h).
+    gw.advance(HOUR);
+    reload(&gw, &config(&sink, &probe, "health:\n  pause_after: 1d\n"));
+    gw.clock.set(START.plus(DAY).minus(Duration::from_secs(1)));
+    probe.barrier(&gw).await;
+    assert_eq!(endpoint(&gw, "e").await["state"], "degraded");
+    gw.clock.set(START.plus(DAY));
+    let e = wait_state(&gw, "e", "paused").await;
+    assert_eq!(
+        time(&e["history"].as_array().unwrap().last().unwrap()["at"]),
+        START.plus(DAY)
+    );
+    assert_eq!(
+        e["history"].as_array().unwrap().last().unwrap()["reason"],
+        "1 day without success and 20 failed attempts in a row"
+    );
+    assert_eq!(sink.count(), 20);
+
+    // A disable_after lowered below the time already spent applies at once.
+    gw.clock.set(START.plus(2 * DAY));
+    reload(
+        &gw,
+        &config(
+            &sink,
+            &probe,
+            "health:\n  pause_after: 1d\n  disable_after: 36h\n",
+        ),
+    );
+    let e = wait_state(&gw, "e", "disabled").await;
+    assert_eq!(
+        time(&e["history"].as_array().unwrap().last().unwrap()["at"]),
+        START.plus(36 * HOUR),
+        "recorded at the deadline the new rule gives"
+    );
+    assert_eq!(sink.count(), 20);
+}
+
 #[tokio::test]
 async fn a_410_disables_the_endpoint_at_once() {
     let sink = Sink::start().await;
