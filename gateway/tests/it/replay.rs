@@ -203,6 +203,49 @@ async fn replay_needs_a_key_and_a_retry_with_it_sends_nothing_twice() {
     assert_eq!(deliveries_of(&gw, "e").await.len(), 6);
 }
 
+#[tokio::test]
+async fn a_replay_window_takes_the_endpoints_matching_events_from_since_until_until() {
+    let sink = Sink::start().await;
+    let probe = Probe::start().await;
+    let gw = TestGateway::start(&config(&sink, &probe, "")).await;
+    let mut ids = Vec::new();
+    for event_type in ["order.a", "user.b", "order.c", "order.d"] {
+        let accepted = gw.ingest("t", event_type, json!({})).await;
+        ids.push(accepted["id"].as_str().unwrap().to_owned());
+        gw.advance(Duration::from_secs(60));
+    }
+    sink.wait_for(3, WAIT).await;
+
+    // [START + 1 min, START + 3 min): `user.b` (not `e`'s type) and `order.c`.
+    let (status, answer, _) = replay(
+        &gw,
+        Some("w-1"),
+        json!({
+            "since": START.plus(Duration::from_secs(60)).to_rfc3339(),
+            "until": START.plus(Duration::from_secs(180)).to_rfc3339(),
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["queued"], 1);
+    let got = sink.wait_for(4, WAIT).await;
+    assert_eq!(got[3].header("webhook-id"), ids[2]);
+
+    let (status, answer, _) = replay(
+        &gw,
+        Some("w-2"),
+        json!({"since": gw.now().to_rfc3339(), "until": START.to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_window");
+    let (status, answer, _) = replay(&gw, Some("w-3"), json!({"since": "yesterday"})).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_time");
+    probe.barrier(&gw).await;
+    assert_eq!(sink.count(), 4);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_replays_with_one_key_queue_one_set_of_deliveries() {
     let (gw, sink, probe) = three_delivered_events().await;
