@@ -810,7 +810,10 @@ impl Actor {
             // with, not whenever the timer got to run: on a busy runtime, under a scaled clock
             // (at 86400x the timer's one-millisecond grain is 86 simulated seconds), or at a
             // start after downtime, where a chain of overdue deadlines is then replayed in order.
+            // Never before the last change, though: rules lowered by a reload can give a
+            // deadline that passed before it, and the history stays in order.
             if health::next_deadline(&rules, &current) == Some(at) {
+                let at = current.changed_at.map_or(at, |changed| at.max(changed));
                 self.step_health_at(&endpoint, HealthInput::Tick, at);
             }
         }

@@ -369,6 +369,38 @@ async fn changed_health_rules_move_the_timers_of_a_running_gateway() {
 }
 
 #[tokio::test]
+async fn rules_lowered_past_the_last_change_do_not_date_a_change_before_it() {
+    let sink = Sink::start().await;
+    sink.always(Reply::status(503));
+    let probe = Probe::start().await;
+    let gw = TestGateway::start(&config(&sink, &probe, "")).await;
+    ingest_n(&gw, 20).await;
+    wait_failures(&gw, "e", 20).await;
+    gw.clock.set(START.plus(3 * DAY));
+    wait_state(&gw, "e", "paused").await;
+
+    // Under the new rules the disable was due 12 h after the first failure, before the pause:
+    // it happens now, and the history stays in order.
+    gw.advance(HOUR);
+    reload(
+        &gw,
+        &config(
+            &sink,
+            &probe,
+            "health:\n  pause_after: 12h\n  disable_after: 12h\n",
+        ),
+    );
+    let e = wait_state(&gw, "e", "disabled").await;
+    let times: Vec<Timestamp> = e["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| time(&h["at"]))
+        .collect();
+    assert_eq!(times, [START, START.plus(3 * DAY), START.plus(3 * DAY)]);
+}
+
+#[tokio::test]
 async fn a_410_disables_the_endpoint_at_once() {
     let sink = Sink::start().await;
     sink.script(std::iter::repeat_n(Reply::status(503), 5));
