@@ -233,7 +233,10 @@ impl Gateway {
             let ingestor = ingestor.clone();
             scheduler.set_publisher(Arc::new(
                 move |endpoint: Arc<str>, event_type: &'static str, h: EndpointHealth| {
+                    // The receiver sees only the payload, so it names the event type too:
+                    // `recovered` and `reenabled` both end in `active`.
                     let payload = serde_json::json!({
+                        "type": event_type,
                         "state": h.state.as_str(),
                         "consecutive_failures": h.consecutive_failures,
                         "failing_since": h.failing_since,

@@ -201,14 +201,36 @@ pub(crate) struct ReplayOutcome {
     until: Timestamp,
     /// Events queued again for the endpoint.
     queued: usize,
-    /// More than 10 000 events matched: only the first 10 000 were queued.
+    /// More than 10 000 events matched: only the oldest were queued, up to a millisecond
+    /// boundary (so possibly a few fewer than 10 000).
     truncated: bool,
-    /// When truncated: pass this as `since` to continue.
+    /// When truncated: pass this as `since` to continue. Every matching event before it was
+    /// queued and none from it on, so continuing neither repeats nor skips an event.
     #[schema(value_type = Option<String>, format = DateTime)]
     continue_from: Option<Timestamp>,
     /// The id range of the new deliveries, to follow them (`GET /v1/deliveries/summary`).
     first_delivery: Option<String>,
     last_delivery: Option<String>,
+}
+
+fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    Timestamp::parse_rfc3339(text)
+        .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
+}
+
+/// The start of a replay window, at most 7 days back (SPEC §6).
+fn replay_start(now: Timestamp, field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    let since = parse_time(field, text)?;
+    if since < now.minus(REPLAY_MAX_AGE) {
+        return Err(ApiError::bad_request(
+            "replay_window_too_large",
+            format!(
+                "`{field}` may be at most 7 days back (not before {})",
+                now.minus(REPLAY_MAX_AGE)
+            ),
+        ));
+    }
+    Ok(since)
 }
 
 /// Checks a replay window against SPEC §6's limits.
@@ -217,28 +239,15 @@ fn replay_window(
     since: &str,
     until: Option<&str>,
 ) -> Result<(Timestamp, Timestamp), ApiError> {
-    let parse = |field: &str, text: &str| {
-        Timestamp::parse_rfc3339(text)
-            .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
-    };
-    let since = parse("since", since)?;
+    let since = replay_start(now, "since", since)?;
     // The window is [since, until); by default it ends just after now, so that an event
     // received this very millisecond is included.
     let end_of_now = now.plus(Duration::from_millis(1));
     let until = until
-        .map(|u| parse("until", u))
+        .map(|u| parse_time("until", u))
         .transpose()?
         .unwrap_or(end_of_now)
         .min(end_of_now);
-    if since < now.minus(REPLAY_MAX_AGE) {
-        return Err(ApiError::bad_request(
-            "replay_window_too_large",
-            format!(
-                "`since` may be at most 7 days back (not before {})",
-                now.minus(REPLAY_MAX_AGE)
-            ),
-        ));
-    }
     if until <= since {
         return Err(ApiError::bad_request(
             "invalid_window",
@@ -246,6 +255,49 @@ fn replay_window(
         ));
     }
     Ok((since, until))
+}
+
+/// The events one replay call queues, oldest first, and where the next call continues if
+/// the window holds more than [`REPLAY_MAX_EVENTS`].
+///
+/// The cursor is a time (SPEC §6), and times have millisecond precision while a batch of
+/// events shares one receipt time. So a truncated batch ends at a millisecond boundary: it
+/// holds every matching event before `continue_from` and none from it on, and continuing
+/// from there neither repeats nor skips an event. That may queue a few fewer than 10 000.
+/// Should more than 10 000 events share the window's first millisecond, that millisecond is
+/// queued whole: a little over the limit, rather than a cursor that cannot move forward.
+async fn replay_batch(
+    state: &AppState,
+    window: impl Fn(Timestamp, Timestamp) -> ReplayWindow,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<(Vec<Arc<Event>>, Option<Timestamp>), ApiError> {
+    let limit = REPLAY_MAX_EVENTS as usize;
+    let mut events = state
+        .store
+        .events_in_window(window(since, until), REPLAY_MAX_EVENTS + 1)
+        .await?;
+    if events.len() <= limit {
+        return Ok((events, None));
+    }
+    let first_unsent = events[limit].received_at;
+    events.truncate(limit);
+    let whole_milliseconds = events.partition_point(|e| e.received_at < first_unsent);
+    if whole_milliseconds > 0 {
+        events.truncate(whole_milliseconds);
+        return Ok((events, Some(first_unsent)));
+    }
+    let next_millisecond = first_unsent.plus(Duration::from_millis(1));
+    let crowded = state
+        .store
+        .events_in_window(window(first_unsent, next_millisecond), u32::MAX)
+        .await?;
+    let more = !state
+        .store
+        .events_in_window(window(next_millisecond, until), 1)
+        .await?
+        .is_empty();
+    Ok((crowded, more.then_some(next_millisecond)))
 }
 
 enum Queued {
@@ -266,24 +318,14 @@ async fn queue_replay(
         let ep = ep.clone();
         Arc::new(move |e: &Event| ep.matches_type(&e.event_type))
     };
-    let mut events = state
-        .store
-        .events_in_window(
-            ReplayWindow {
-                topics: ep.topics.clone(),
-                since,
-                until,
-                matches: matcher,
-            },
-            REPLAY_MAX_EVENTS + 1,
-        )
-        .await?;
-    let truncated = events.len() > REPLAY_MAX_EVENTS as usize;
-    let continue_from = if truncated {
-        events.pop().map(|e| e.received_at)
-    } else {
-        None
+    let window = |since: Timestamp, until: Timestamp| ReplayWindow {
+        topics: ep.topics.clone(),
+        since,
+        until,
+        matches: matcher.clone(),
     };
+    let (events, continue_from) = replay_batch(state, window, since, until).await?;
+    let truncated = continue_from.is_some();
     let endpoint_name = ep.name.to_string();
     // The answer names the new deliveries, so it is made inside the commit that creates them.
     let answer = move |ready: &[ReadyDelivery]| ReplayOutcome {
@@ -422,19 +464,31 @@ async fn reenable(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request("malformed_body", format!("not a re-enable request: {e}")))?
     };
-    // Check the window before changing anything, so a bad request has no effect.
-    let window = input
+    // Check `replay_since` before changing anything, so a bad request has no effect.
+    let now = state.clock.now();
+    let replay_since = input
         .replay_since
         .as_deref()
-        .map(|since| replay_window(state.clock.now(), since, None))
+        .map(|text| replay_start(now, "replay_since", text))
         .transpose()?;
+    if replay_since.is_some_and(|since| since > now) {
+        return Err(ApiError::bad_request(
+            "invalid_window",
+            "`replay_since` is in the future",
+        ));
+    }
     state
         .scheduler
         .reenable(ep.name.clone())
         .await
         .ok_or_else(|| ApiError::unavailable("the gateway is shutting down"))?;
-    let replay = match window {
-        Some((since, until)) => match queue_replay(&state, &ep, since, until, None).await? {
+    // The window closes only once the endpoint receives events again, and takes in that
+    // millisecond whole: an event the paused endpoint missed can share its millisecond with
+    // the re-enable. An event of that millisecond that was delivered anyway may then be sent
+    // twice (receivers deduplicate by webhook-id) — better than lost.
+    let until = state.clock.now().plus(Duration::from_millis(1));
+    let replay = match replay_since {
+        Some(since) => match queue_replay(&state, &ep, since, until, None).await? {
             Queued::Fresh(answer) => Some(answer),
             Queued::Earlier(_) => None,
         },

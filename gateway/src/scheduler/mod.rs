@@ -207,6 +207,7 @@ impl Scheduler {
             in_flight: 0,
             tasks: JoinSet::new(),
             health_timers: BinaryHeap::new(),
+            armed_deadlines: HashMap::new(),
             changes: changes_tx,
             changes_rx: Some(changes_rx),
             publisher: None,
@@ -217,7 +218,19 @@ impl Scheduler {
         }
         let pending = actor.store.pending_deliveries().await?;
         let restored = pending.len();
+        let now = actor.clock.now();
         for p in pending {
+            if !actor.receives_events(&p.endpoint) {
+                // The pause was committed but not yet the failing of its waiting deliveries
+                // when the gateway stopped: finish that now instead of sending them.
+                let _ = actor.changes.send(StateChange::Finish {
+                    delivery: p.id,
+                    status: DeliveryStatus::Failed,
+                    error: ErrorKind::EndpointPaused.as_str().into(),
+                    now,
+                });
+                continue;
+            }
             let item = Item {
                 id: p.id,
                 endpoint: p.endpoint,
@@ -293,6 +306,9 @@ struct Actor {
     in_flight: u32,
     tasks: JoinSet<Finished>,
     health_timers: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
+    /// The deadline each endpoint has a timer for, so that the failures of a degraded endpoint,
+    /// which all leave it with the same deadline, do not push one heap entry each.
+    armed_deadlines: HashMap<Arc<str>, Timestamp>,
     changes: mpsc::UnboundedSender<StateChange>,
     changes_rx: Option<mpsc::UnboundedReceiver<StateChange>>,
     publisher: Option<Publisher>,
@@ -723,9 +739,14 @@ impl Actor {
         )
     }
 
-    /// Steps health outside an attempt (timer, re-enable), records it and applies effects.
+    /// Steps health outside an attempt (re-enable), records it and applies effects.
     fn step_health(&mut self, endpoint: &Arc<str>, input: HealthInput) -> EndpointHealth {
         let now = self.clock.now();
+        self.step_health_at(endpoint, input, now)
+    }
+
+    /// [`Self::step_health`] at a given time: a timer's deadline.
+    fn step_health_at(&mut self, endpoint: &Arc<str>, input: HealthInput, now: Timestamp) -> EndpointHealth {
         let (write, effects) = self.health_change(endpoint, input, now);
         let health = write.health.clone();
         let _ = self.changes.send(StateChange::Health(write));
@@ -764,7 +785,10 @@ impl Actor {
 
     fn arm_health_timer(&mut self, endpoint: &Arc<str>, h: &EndpointHealth) {
         let rules = &self.config.load().health.rules;
-        if let Some(at) = health::next_deadline(rules, h) {
+        if let Some(at) = health::next_deadline(rules, h)
+            && self.armed_deadlines.get(endpoint) != Some(&at)
+        {
+            self.armed_deadlines.insert(endpoint.clone(), at);
             self.health_timers.push(Reverse((at, endpoint.clone())));
         }
     }
@@ -776,11 +800,21 @@ impl Actor {
             .is_some_and(|Reverse((at, _))| *at <= now)
         {
             let Reverse((at, endpoint)) = self.health_timers.pop().expect("peeked");
+            if self.armed_deadlines.get(&endpoint) == Some(&at) {
+                self.armed_deadlines.remove(&endpoint);
+            }
             let rules = self.config.load().health.rules.clone();
             let current = self.health_of(&endpoint);
             // A timer armed for an older state is stale: only the current deadline counts.
+            // The rule took effect at its deadline, so that is the time the change is recorded
+            // with, not whenever the timer got to run: on a busy runtime, under a scaled clock
+            // (at 86400x the timer's one-millisecond grain is 86 simulated seconds), or at a
+            // start after downtime, where a chain of overdue deadlines is then replayed in order.
+            // Never before the last change, though: rules lowered by a reload can give a
+            // deadline that passed before it, and the history stays in order.
             if health::next_deadline(&rules, &current) == Some(at) {
-                self.step_health(&endpoint, HealthInput::Tick);
+                let at = current.changed_at.map_or(at, |changed| at.max(changed));
+                self.step_health_at(&endpoint, HealthInput::Tick, at);
             }
         }
     }
@@ -796,7 +830,7 @@ impl Actor {
     }
 
     /// The config changed: lanes pick up new limits; endpoints that are gone end their waiting
-    /// deliveries with `endpoint_removed`.
+    /// deliveries with `endpoint_removed`; health timers follow the new health rules.
     fn reconfigure(&mut self) {
         let config = self.config.load_full();
         let now = self.clock.now();
@@ -828,6 +862,20 @@ impl Actor {
         }
         for (name, lane) in self.lanes.iter_mut() {
             lane.reconfigure(name, &config, self.clock.clone());
+        }
+        // Changed rules move the deadlines: without a new timer an endpoint with no attempts
+        // running (a paused one) would wait for an input that never comes. A deadline already
+        // past fires on the next turn, recorded at the time the new rule gives.
+        let endpoints: Vec<(Arc<str>, EndpointHealth)> = self
+            .shared
+            .health
+            .read()
+            .expect("health lock")
+            .iter()
+            .map(|(name, h)| (name.clone(), h.clone()))
+            .collect();
+        for (name, h) in endpoints {
+            self.arm_health_timer(&name, &h);
         }
     }
 }
