@@ -10,7 +10,9 @@ use bytes::Bytes;
 use wasmtime::Store;
 use wasmtime::component::Resource;
 
-use super::bindings::{Decision, DeliveryInfo, EndpointInfo, EventInfo, Message, Outcome, PluginError, RetryContext};
+use super::bindings::{
+    Decision, DeliveryInfo, EndpointInfo, EventInfo, Message, Outcome, PluginError, RetryContext,
+};
 use super::host::CallState;
 use super::host::crypto::SigningKey;
 use super::limits::{arm_deadline, classify};
@@ -174,11 +176,13 @@ pub(crate) async fn run(
                     false,
                 ));
             };
-            let key = store
-                .data_mut()
-                .table()
-                .push(primary)
-                .map_err(|e| fail(FailureDetail::Trap, format!("cannot hand the key over: {e}"), false))?;
+            let key = store.data_mut().table().push(primary).map_err(|e| {
+                fail(
+                    FailureDetail::Trap,
+                    format!("cannot hand the key over: {e}"),
+                    false,
+                )
+            })?;
             let (answer,) = func
                 .call_async(&mut store, (endpoint, delivery, message, key))
                 .await
@@ -193,7 +197,10 @@ pub(crate) async fn run(
         }
         CallInput::Backoff(context) => {
             let func = instance
-                .get_typed_func::<(RetryContext,), (Result<Decision, PluginError>,)>(&mut store, &loaded.export)
+                .get_typed_func::<(RetryContext,), (Result<Decision, PluginError>,)>(
+                    &mut store,
+                    &loaded.export,
+                )
                 .map_err(wrong_type)?;
             let (answer,) = func
                 .call_async(&mut store, (context,))
@@ -221,21 +228,34 @@ fn plugin_error_text(e: &PluginError) -> String {
 }
 
 /// Checks an answer against the output cap and that its headers are valid HTTP headers.
-fn check_output(limits: &PluginLimits, headers: &[(String, Vec<u8>)], body_bytes: usize) -> Result<(), (FailureDetail, String)> {
+fn check_output(
+    limits: &PluginLimits,
+    headers: &[(String, Vec<u8>)],
+    body_bytes: usize,
+) -> Result<(), (FailureDetail, String)> {
     let header_bytes: usize = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
     let total = header_bytes.saturating_add(body_bytes);
     if total > limits.output_bytes {
         return Err((
             FailureDetail::OutputTooLarge,
-            format!("the plugin answered {total} bytes, over the cap of {} bytes", limits.output_bytes),
+            format!(
+                "the plugin answered {total} bytes, over the cap of {} bytes",
+                limits.output_bytes
+            ),
         ));
     }
     for (name, value) in headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err((FailureDetail::InvalidOutput, format!("`{name}` is not a valid header name")));
+            return Err((
+                FailureDetail::InvalidOutput,
+                format!("`{name}` is not a valid header name"),
+            ));
         }
         if http::HeaderValue::from_bytes(value).is_err() {
-            return Err((FailureDetail::InvalidOutput, format!("the value of header `{name}` is not a valid header value")));
+            return Err((
+                FailureDetail::InvalidOutput,
+                format!("the value of header `{name}` is not a valid header value"),
+            ));
         }
     }
     Ok(())

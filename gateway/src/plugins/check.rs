@@ -14,7 +14,8 @@ use super::{PluginFailure, PluginLimits, World, empty_config};
 use crate::model::Secret;
 
 /// The sample request check and load-time validation run a plugin on: a small JSON event.
-pub(crate) const SAMPLE_BODY: &[u8] = br#"{"order_id":"ord_123","amount":4200,"customer":{"email":"ada@example.com"}}"#;
+pub(crate) const SAMPLE_BODY: &[u8] =
+    br#"{"order_id":"ord_123","amount":4200,"customer":{"email":"ada@example.com"}}"#;
 
 /// The secret a signer signs the sample with during check and validation.
 const SAMPLE_SECRET: &str = "hookgate-sample-secret";
@@ -56,7 +57,10 @@ pub(crate) fn sample_input(world: World) -> (CallInput, Vec<SigningKey>) {
                 delivery,
                 message,
             },
-            vec![SigningKey::from_secret(&Secret::new(SAMPLE_SECRET)).expect("the sample secret is plain text")],
+            vec![
+                SigningKey::from_secret(&Secret::new(SAMPLE_SECRET))
+                    .expect("the sample secret is plain text"),
+            ],
         ),
         World::Backoff => (
             CallInput::Backoff(RetryContext {
@@ -86,7 +90,9 @@ where
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
                 Ok(runtime.block_on(future))
             })
             .join()
@@ -152,11 +158,22 @@ pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckRep
         .and_then(|n| n.to_str())
         .ok_or_else(|| anyhow::anyhow!("{} has no file name", path.display()))?;
     let started = Instant::now();
-    let loaded = Arc::new(compiler.compile(file_name, &bytes).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?);
+    let loaded = Arc::new(
+        compiler
+            .compile(file_name, &bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
+    );
     let compile_time = started.elapsed();
     let (input, keys) = sample_input(loaded.world);
     let started = Instant::now();
-    let result = block_on_side(call::run(compiler.engine(), &loaded, limits, empty_config(), keys, input))?;
+    let result = block_on_side(call::run(
+        compiler.engine(),
+        &loaded,
+        limits,
+        empty_config(),
+        keys,
+        input,
+    ))?;
     let sample_time = started.elapsed();
     let sample = match result {
         Ok(output) => Ok(describe(&output)),
@@ -187,11 +204,17 @@ fn describe(output: &CallOutput) -> String {
     };
     match output {
         CallOutput::Transform(super::TransformResult::Forward { headers: h, body }) => {
-            format!("forward [{}] {}", headers(h), String::from_utf8_lossy(&body[..body.len().min(512)]))
+            format!(
+                "forward [{}] {}",
+                headers(h),
+                String::from_utf8_lossy(&body[..body.len().min(512)])
+            )
         }
         CallOutput::Transform(super::TransformResult::Drop { reason }) => format!("drop: {reason}"),
         CallOutput::Sign(h) => format!("headers [{}]", headers(h)),
-        CallOutput::Backoff(super::PluginBackoffDecision::RetryIn(wait)) => format!("retry in {} ms", wait.as_millis()),
+        CallOutput::Backoff(super::PluginBackoffDecision::RetryIn(wait)) => {
+            format!("retry in {} ms", wait.as_millis())
+        }
         CallOutput::Backoff(super::PluginBackoffDecision::GiveUp(reason)) => format!("give up: {reason}"),
     }
 }

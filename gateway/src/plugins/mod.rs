@@ -473,7 +473,11 @@ impl PluginHost {
                 plugin: name,
                 version: None,
                 detail: FailureDetail::Missing,
-                message: format!("no plugin `{}` is loaded from {}", binding.plugin, self.inner.dir.display()),
+                message: format!(
+                    "no plugin `{}` is loaded from {}",
+                    binding.plugin,
+                    self.inner.dir.display()
+                ),
             });
         };
         let _permit = self.inner.calls.acquire().await.map_err(|_| PluginFailure {
@@ -484,7 +488,15 @@ impl PluginHost {
         })?;
         let started = std::time::Instant::now();
         let config = Arc::new(binding.config.clone());
-        let result = call::run(&self.inner.engine.engine, &loaded, &self.inner.limits, config, keys, input).await;
+        let result = call::run(
+            &self.inner.engine.engine,
+            &loaded,
+            &self.inner.limits,
+            config,
+            keys,
+            input,
+        )
+        .await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.failure.detail.as_str(),

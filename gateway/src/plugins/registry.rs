@@ -127,10 +127,9 @@ impl Compiler {
             .imports(&self.engine)
             .map(|(import, _)| import.to_owned())
             .collect();
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| anyhow::anyhow!("cannot be linked (it imports something the gateway does not provide): {e:#}"))?;
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            anyhow::anyhow!("cannot be linked (it imports something the gateway does not provide): {e:#}")
+        })?;
         let hex = hex::encode(sha256);
         Ok(Loaded {
             name: PluginBinding::normalize_name(name),

@@ -114,7 +114,9 @@ impl Host for CallState {
     fn rotating_keys(&mut self) -> wasmtime::Result<Vec<Resource<SigningKey>>> {
         self.keys.rotating_keys_calls += 1;
         if self.keys.rotating_keys_calls > ROTATING_KEYS_CALLS_MAX {
-            wasmtime::bail!("crypto.rotating-keys called more than {ROTATING_KEYS_CALLS_MAX} times in one call");
+            wasmtime::bail!(
+                "crypto.rotating-keys called more than {ROTATING_KEYS_CALLS_MAX} times in one call"
+            );
         }
         let rest: Vec<SigningKey> = self.keys.keys.iter().skip(1).cloned().collect();
         let mut handles = Vec::with_capacity(rest.len());
