@@ -778,3 +778,46 @@ fn check_reports_world_imports_size_and_a_sample_run() {
     std::fs::write(not_a_component.path(), b"\0asm\x01\0\0\0").unwrap();
     assert!(check_file(not_a_component.path(), &limits).is_err());
 }
+
+// --- a second guest language ----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_built_with_componentize_py_forwards_and_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        support::plugin_build::built_python_plugin(),
+        dir.path().join("type-filter.wasm"),
+    )
+    .unwrap();
+    let limits = PluginLimits {
+        call_timeout: Duration::from_millis(500),
+        memory_bytes: 64 << 20,
+        ..PluginLimits::default()
+    };
+    let host = PluginHost::new(dir.path().to_owned(), cache.path().to_owned(), limits).unwrap();
+    assert_eq!(host.world_of("type-filter"), Some(World::Transformer));
+    let b = binding(
+        "type-filter",
+        &[("drop_types", "test.*, internal.ping"), ("label", "shop")],
+    );
+
+    let result = host
+        .transform(&b, transform_input(br#"{"order":42}"#))
+        .await
+        .unwrap();
+    let TransformResult::Forward { headers, body } = result else {
+        panic!("expected forward, got {result:?}")
+    };
+    assert_eq!(header(&headers, "X-Event-Type-Label"), Some("shop"));
+    assert_eq!(&body[..], br#"{"order":42}"#);
+
+    let mut test_event = transform_input(b"{}");
+    test_event.event.event_type = "test.created".into();
+    assert_eq!(
+        host.transform(&b, test_event).await.unwrap(),
+        TransformResult::Drop {
+            reason: "event type test.created matches test.*".into()
+        }
+    );
+}

@@ -78,3 +78,64 @@ fn ensure_wasm_target() {
         assert!(status.success(), "rustup target add wasm32-wasip2 failed");
     }
 }
+
+/// The Python example plugin (`plugins/python/type-filter`), built with componentize-py.
+///
+/// componentize-py comes from PyPI into a virtualenv under `target/` when it is missing (its
+/// wheel bundles CPython and needs no network once installed); the component is rebuilt when
+/// `app.py` is newer than it. Guarded by the same kind of file lock as the Rust build.
+pub(crate) fn built_python_plugin() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python-plugins");
+        std::fs::create_dir_all(&target).expect("create target/python-plugins");
+        let lock = std::fs::File::create(target.join(".build.lock")).expect("create the build lock file");
+        lock.lock().expect("take the python plugin build lock");
+        let venv = target.join("venv");
+        let componentize = venv.join("bin/componentize-py");
+        if !componentize.exists() {
+            let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+            let status = Command::new(python)
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .expect("create a virtualenv");
+            assert!(status.success(), "python3 -m venv failed");
+            let status = Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "componentize-py==0.25.1"])
+                .status()
+                .expect("pip install componentize-py");
+            assert!(status.success(), "pip install componentize-py failed");
+        }
+        let source = plugins_workspace().join("python/type-filter");
+        let output = target.join("type_filter.wasm");
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let wit_modified = modified(&plugins_workspace().join("../wit/plugin.wit"));
+        let stale = match modified(&output) {
+            None => true,
+            Some(built) => {
+                modified(&source.join("app.py")).is_none_or(|m| m > built)
+                    || wit_modified.is_none_or(|m| m > built)
+            }
+        };
+        if stale {
+            let status = Command::new(&componentize)
+                .args([
+                    "-d",
+                    "../../../wit",
+                    "-w",
+                    "transformer",
+                    "componentize",
+                    "app",
+                    "-o",
+                ])
+                .arg(&output)
+                .current_dir(&source)
+                .status()
+                .expect("run componentize-py");
+            assert!(status.success(), "componentize-py failed");
+        }
+        lock.unlock().expect("release the python plugin build lock");
+        output
+    })
+}
