@@ -593,6 +593,33 @@ async fn a_plugin_sees_only_its_own_bindings_config_and_secret() {
     futures_util::future::join_all(calls).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_that_do_not_fit_the_contract_are_rejected_at_load_without_harming_the_rest() {
+    let f = host_with(&["github-signature", "unknown-import", "wrong-signature"]);
+    std::fs::write(f.dir.path().join("corrupt.wasm"), b"\0asm not really").unwrap();
+    f.host.rescan().await.unwrap();
+    let loaded: Vec<String> = f.host.loaded().into_iter().map(|l| l.name).collect();
+    assert_eq!(loaded, ["github-signature"]);
+    for name in ["unknown-import", "wrong-signature", "corrupt"] {
+        let err = f
+            .host
+            .transform(&binding(name, &[]), transform_input(b"{}"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.detail, FailureDetail::Missing, "{name}");
+    }
+
+    let limits = PluginLimits::default();
+    let unknown = check_file(&built_plugin("unknown-import"), &limits).unwrap_err();
+    assert!(format!("{unknown:#}").contains("cannot be linked"), "{unknown:#}");
+    assert!(format!("{unknown:#}").contains("host-secrets"), "{unknown:#}");
+    let wrong = check_file(&built_plugin("wrong-signature"), &limits).unwrap_err();
+    assert!(
+        format!("{wrong:#}").contains("does not have the transformer world's type"),
+        "{wrong:#}"
+    );
+}
+
 // --- hot reload ----------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
