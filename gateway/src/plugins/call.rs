@@ -219,7 +219,6 @@ pub(crate) async fn run(
             }
         }
     };
-    store.data().log.report_dropped();
     Ok(output)
 }
 

@@ -279,7 +279,8 @@ impl PluginHost {
     /// where the address space allows, else on-demand), opens the compilation cache in
     /// `cache_dir` (artifacts keyed by the file's SHA-256 and the engine's compatibility hash)
     /// and loads every `*.wasm` in `dir` now. A file that fails to load is logged and skipped;
-    /// a missing `dir` is created.
+    /// a missing `dir` is created. Blocks while it compiles (milliseconds per Rust plugin,
+    /// seconds for a Python one on a cold cache): call it at startup or on a blocking task.
     pub fn new(dir: PathBuf, cache_dir: PathBuf, limits: PluginLimits) -> anyhow::Result<PluginHost> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the plugin folder {}: {e}", dir.display()))?;

@@ -151,7 +151,7 @@ impl Compiler {
     fn component(&self, sha256: &[u8; 32], bytes: &[u8]) -> anyhow::Result<(Component, bool)> {
         let Some(artifact) = self.artifact_path(sha256) else {
             let component = Component::new(&self.engine, bytes)
-                .map_err(|e| anyhow::anyhow!("is not a valid WebAssembly component: {e:#}"))?;
+                .map_err(|e| anyhow::anyhow!("cannot be compiled for this gateway: {e:#}"))?;
             return Ok((component, false));
         };
         if artifact.exists() {
@@ -176,7 +176,7 @@ impl Compiler {
         self.cache_misses.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("hookgate_plugin_cache_misses_total").increment(1);
         let component = Component::new(&self.engine, bytes)
-            .map_err(|e| anyhow::anyhow!("is not a valid WebAssembly component: {e:#}"))?;
+            .map_err(|e| anyhow::anyhow!("cannot be compiled for this gateway: {e:#}"))?;
         match component.serialize() {
             Ok(serialized) => {
                 if let Err(e) = write_atomically(&artifact, &serialized) {

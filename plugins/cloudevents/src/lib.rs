@@ -33,7 +33,8 @@ impl Guest for CloudEvents {
             }
         }
         let source = config::get("source").unwrap_or_else(|| format!("/hookgate/topics/{}", event.topic));
-        let content_type = header(&message.headers, "content-type").unwrap_or_else(|| "application/json".to_owned());
+        let content_type =
+            header(&message.headers, "content-type").unwrap_or_else(|| "application/json".to_owned());
         let time = chrono::DateTime::from_timestamp_millis(event.received_at_ms as i64)
             .ok_or_else(|| PluginError {
                 code: "bad_time".into(),
@@ -86,7 +87,12 @@ fn header(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
 }
 
 fn is_json(content_type: &str) -> bool {
-    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     essence == "application/json" || essence.ends_with("+json")
 }
 

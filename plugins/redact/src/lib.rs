@@ -68,10 +68,8 @@ fn remove_path(value: &mut Value, segments: &[&str]) {
             }
             Value::Array(items) if *first == "*" => items.clear(),
             Value::Array(items) => {
-                if let Ok(i) = first.parse::<usize>() {
-                    if i < items.len() {
-                        items.remove(i);
-                    }
+                if let Some(i) = first.parse::<usize>().ok().filter(|i| *i < items.len()) {
+                    items.remove(i);
                 }
             }
             _ => {}

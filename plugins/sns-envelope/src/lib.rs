@@ -24,8 +24,8 @@ impl Guest for SnsEnvelope {
         _delivery: DeliveryInfo,
         message: Message,
     ) -> Result<Outcome, PluginError> {
-        let topic_arn =
-            config::get("topic_arn").unwrap_or_else(|| format!("arn:aws:sns:us-east-1:000000000000:{}", event.topic));
+        let topic_arn = config::get("topic_arn")
+            .unwrap_or_else(|| format!("arn:aws:sns:us-east-1:000000000000:{}", event.topic));
         let subscription_arn =
             config::get("subscription_arn").unwrap_or_else(|| format!("{topic_arn}:{}", endpoint.name));
         let text = String::from_utf8(message.body).map_err(|_| PluginError {
@@ -64,7 +64,10 @@ impl Guest for SnsEnvelope {
             ("x-amz-sns-message-type".to_owned(), b"Notification".to_vec()),
             ("x-amz-sns-message-id".to_owned(), event.id.into_bytes()),
             ("x-amz-sns-topic-arn".to_owned(), topic_arn.into_bytes()),
-            ("x-amz-sns-subscription-arn".to_owned(), subscription_arn.into_bytes()),
+            (
+                "x-amz-sns-subscription-arn".to_owned(),
+                subscription_arn.into_bytes(),
+            ),
         ];
         Ok(Outcome::Forward(Message { headers, body }))
     }

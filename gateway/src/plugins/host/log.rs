@@ -16,7 +16,7 @@ pub(crate) struct CallLog {
     version: Arc<str>,
     lines_left: u32,
     /// Lines dropped because the budget ran out; reported once when the call ends.
-    pub(crate) dropped_lines: u32,
+    dropped_lines: u32,
 }
 
 impl CallLog {
@@ -28,9 +28,12 @@ impl CallLog {
             dropped_lines: 0,
         }
     }
+}
 
-    /// Says, once, how many lines the plugin wrote over its budget.
-    pub(crate) fn report_dropped(&self) {
+/// Dropped with the call's store, however the call ended: says, once, how many lines the
+/// plugin wrote over its budget.
+impl Drop for CallLog {
+    fn drop(&mut self) {
         if self.dropped_lines > 0 {
             tracing::warn!(
                 plugin = %self.plugin,
@@ -76,7 +79,30 @@ impl Host for CallState {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::plugins::PluginLimits;
+
+    #[test]
+    fn lines_over_the_per_call_budget_are_counted_and_dropped() {
+        let limits = PluginLimits {
+            log_lines_per_call: 2,
+            ..PluginLimits::default()
+        };
+        let mut state = CallState::new(
+            Arc::from("chatty"),
+            Arc::from("0123456789ab"),
+            Arc::new(BTreeMap::new()),
+            Vec::new(),
+            &limits,
+        );
+        for n in 0..5 {
+            Host::log(&mut state, Level::Info, format!("line {n}")).unwrap();
+        }
+        assert_eq!(state.log.lines_left, 0);
+        assert_eq!(state.log.dropped_lines, 3);
+    }
 
     #[test]
     fn long_lines_are_cut_on_a_char_boundary() {

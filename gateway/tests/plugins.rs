@@ -1,0 +1,850 @@
+//! The plugin host against the real bundled plugins and hostile fixtures (built on demand from
+//! `plugins/`): known vectors, sandbox limits, hot reload, the compilation cache, isolation.
+
+mod support {
+    pub(crate) mod plugin_build;
+}
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use hookgate::model::{PluginBinding, Secret};
+use hookgate::plugins::{
+    BackoffInput, EventInfo, FailureDetail, PluginBackoffDecision, PluginHost, PluginLimits, SignInput,
+    TransformInput, TransformResult, World, check_file,
+};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use support::plugin_build::{built_plugin, install_plugins};
+
+const NOW_MS: u64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+
+struct Fixture {
+    host: PluginHost,
+    dir: tempfile::TempDir,
+    _cache: tempfile::TempDir,
+}
+
+fn host_with(plugins: &[&str]) -> Fixture {
+    host_with_limits(plugins, PluginLimits::default())
+}
+
+fn host_with_limits(plugins: &[&str], limits: PluginLimits) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), plugins);
+    let host = PluginHost::new(dir.path().to_owned(), cache.path().to_owned(), limits).unwrap();
+    Fixture {
+        host,
+        dir,
+        _cache: cache,
+    }
+}
+
+fn binding(plugin: &str, config: &[(&str, &str)]) -> PluginBinding {
+    PluginBinding {
+        plugin: plugin.to_owned(),
+        config: config
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn transform_input(body: &[u8]) -> TransformInput {
+    TransformInput {
+        endpoint_name: "billing".into(),
+        endpoint_url: "https://billing.example/hooks".into(),
+        event: EventInfo {
+            id: "evt_1".into(),
+            topic: "orders".into(),
+            event_type: "order.created".into(),
+            received_at_ms: NOW_MS - 1_500,
+        },
+        delivery_id: "dlv_1".into(),
+        attempt: 1,
+        now_ms: NOW_MS,
+        headers: vec![("content-type".into(), b"application/json".to_vec())],
+        body: Bytes::copy_from_slice(body),
+    }
+}
+
+fn sign_input(body: &[u8], secrets: &[&str]) -> SignInput {
+    SignInput {
+        endpoint_name: "billing".into(),
+        endpoint_url: "https://billing.example/hooks".into(),
+        delivery_id: "dlv_1".into(),
+        attempt: 1,
+        now_ms: NOW_MS,
+        headers: Vec::new(),
+        body: Bytes::copy_from_slice(body),
+        secrets: secrets.iter().map(|s| Secret::new(*s)).collect(),
+    }
+}
+
+fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| std::str::from_utf8(v).unwrap())
+}
+
+fn hmac_sha256_hex(key: &[u8], data: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+fn forwarded(result: TransformResult) -> (Vec<(String, Vec<u8>)>, Value) {
+    match result {
+        TransformResult::Forward { headers, body } => (headers, serde_json::from_slice(&body).unwrap()),
+        TransformResult::Drop { reason } => panic!("expected forward, got drop: {reason}"),
+    }
+}
+
+/// Waits (without fixed sleeps) until `condition` holds, woken by the host's change
+/// notifications; fails after `timeout`.
+async fn wait_for(host: &PluginHost, what: &str, timeout: Duration, condition: impl Fn(&PluginHost) -> bool) {
+    let mut changes = host.changes();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !condition(host) {
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!("plugin host dropped while waiting for {what}"),
+            Err(_) => panic!(
+                "timed out after {timeout:?} waiting for {what}; loaded: {:?}",
+                host.loaded()
+            ),
+        }
+    }
+}
+
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
+
+// --- known vectors -------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_signature_matches_githubs_documented_example() {
+    let f = host_with(&["github-signature"]);
+    let headers = f
+        .host
+        .sign(
+            &binding("github-signature", &[]),
+            sign_input(b"Hello, World!", &["It's a Secret to Everybody"]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&headers, "X-Hub-Signature-256"),
+        Some("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whsec_secrets_sign_with_their_base64_decoded_key() {
+    let f = host_with(&["github-signature"]);
+    let raw_key = b"standard webhooks key bytes";
+    let secret = format!(
+        "whsec_{}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, raw_key)
+    );
+    let headers = f
+        .host
+        .sign(&binding("github_signature", &[]), sign_input(b"{}", &[&secret]))
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&headers, "x-hub-signature-256").unwrap(),
+        format!("sha256={}", hmac_sha256_hex(raw_key, b"{}"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_signature_matches_an_independent_hmac_and_signs_with_every_rotating_key() {
+    let f = host_with(&["stripe-signature"]);
+    let body = br#"{"id":"evt_1","object":"event"}"#;
+    let t = NOW_MS / 1000;
+    let signed = [format!("{t}.").as_bytes(), &body[..]].concat();
+
+    let headers = f
+        .host
+        .sign(
+            &binding("stripe-signature", &[]),
+            sign_input(body, &["whsec_c3RyaXBl"]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&headers, "Stripe-Signature").unwrap(),
+        format!("t={t},v1={}", hmac_sha256_hex(b"stripe", &signed))
+    );
+
+    let rotating = f
+        .host
+        .sign(
+            &binding("stripe-signature", &[]),
+            sign_input(body, &["new-secret", "old-secret"]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&rotating, "Stripe-Signature").unwrap(),
+        format!(
+            "t={t},v1={},v1={}",
+            hmac_sha256_hex(b"new-secret", &signed),
+            hmac_sha256_hex(b"old-secret", &signed)
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signer_without_a_usable_secret_fails_with_bad_secret() {
+    let f = host_with(&["github-signature"]);
+    let none = f
+        .host
+        .sign(&binding("github-signature", &[]), sign_input(b"x", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(none.detail, FailureDetail::BadSecret);
+    let bad = f
+        .host
+        .sign(
+            &binding("github-signature", &[]),
+            sign_input(b"x", &["whsec_***"]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(bad.detail, FailureDetail::BadSecret);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudevents_wraps_json_payloads_in_a_structured_event() {
+    let f = host_with(&["cloudevents"]);
+    let result = f
+        .host
+        .transform(
+            &binding(
+                "cloudevents",
+                &[("source", "https://shop.example"), ("unknown_key", "ignored")],
+            ),
+            transform_input(br#"{"order":42}"#),
+        )
+        .await
+        .unwrap();
+    let (headers, doc) = forwarded(result);
+    assert_eq!(
+        doc,
+        json!({
+            "specversion": "1.0",
+            "id": "evt_1",
+            "type": "order.created",
+            "source": "https://shop.example",
+            "time": "2025-12-31T23:59:58.500Z",
+            "datacontenttype": "application/json",
+            "data": {"order": 42}
+        })
+    );
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("application/cloudevents+json; charset=utf-8")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudevents_base64_encodes_payloads_that_are_not_json() {
+    let f = host_with(&["cloudevents"]);
+    let mut input = transform_input(b"plain \xff bytes");
+    input.headers = vec![("Content-Type".into(), b"application/octet-stream".to_vec())];
+    let (_, doc) = forwarded(
+        f.host
+            .transform(&binding("cloudevents", &[]), input)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(doc["source"], "/hookgate/topics/orders");
+    assert_eq!(doc["datacontenttype"], "application/octet-stream");
+    assert_eq!(doc["data_base64"], "cGxhaW4g/yBieXRlcw==");
+    assert!(doc.get("data").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sns_envelope_builds_the_notification_document_and_headers() {
+    let f = host_with(&["sns-envelope"]);
+    let result = f
+        .host
+        .transform(
+            &binding(
+                "sns-envelope",
+                &[("topic_arn", "arn:aws:sns:eu-west-1:123456789012:orders")],
+            ),
+            transform_input(br#"{"order":42}"#),
+        )
+        .await
+        .unwrap();
+    let (headers, doc) = forwarded(result);
+    assert_eq!(doc["Type"], "Notification");
+    assert_eq!(doc["MessageId"], "evt_1");
+    assert_eq!(doc["TopicArn"], "arn:aws:sns:eu-west-1:123456789012:orders");
+    assert_eq!(doc["Message"], r#"{"order":42}"#);
+    assert_eq!(doc["Timestamp"], "2025-12-31T23:59:58.500Z");
+    assert_eq!(header(&headers, "x-amz-sns-message-type"), Some("Notification"));
+    assert_eq!(header(&headers, "x-amz-sns-message-id"), Some("evt_1"));
+    assert_eq!(
+        header(&headers, "x-amz-sns-topic-arn"),
+        Some("arn:aws:sns:eu-west-1:123456789012:orders")
+    );
+    assert_eq!(
+        header(&headers, "x-amz-sns-subscription-arn"),
+        Some("arn:aws:sns:eu-west-1:123456789012:orders:billing")
+    );
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("text/plain; charset=UTF-8")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redact_drops_fields_by_path_and_fails_closed() {
+    let f = host_with(&["redact"]);
+    let body = json!({
+        "customer": {"email": "ada@example.com", "name": "Ada"},
+        "items": [{"sku": "a", "price": 1}, {"sku": "b", "price": 2}],
+        "card": {"number": "4242", "brand": "visa"}
+    });
+    let redact = binding(
+        "redact",
+        &[("paths", r#"["customer.email","items.*.price","card"]"#)],
+    );
+    let (_, doc) = forwarded(
+        f.host
+            .transform(&redact, transform_input(body.to_string().as_bytes()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        doc,
+        json!({"customer": {"name": "Ada"}, "items": [{"sku": "a"}, {"sku": "b"}]})
+    );
+
+    let comma_separated = binding("redact", &[("paths", "customer, items")]);
+    let (_, doc) = forwarded(
+        f.host
+            .transform(&comma_separated, transform_input(body.to_string().as_bytes()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(doc, json!({"card": {"number": "4242", "brand": "visa"}}));
+
+    let not_json = f
+        .host
+        .transform(&redact, transform_input(b"not json"))
+        .await
+        .unwrap_err();
+    assert_eq!(not_json.detail, FailureDetail::Plugin);
+    assert!(
+        not_json.message.starts_with("invalid_json:"),
+        "{}",
+        not_json.message
+    );
+    let unconfigured = f
+        .host
+        .transform(&binding("redact", &[]), transform_input(b"{}"))
+        .await
+        .unwrap_err();
+    assert!(
+        unconfigured.message.starts_with("bad_config:"),
+        "{}",
+        unconfigured.message
+    );
+}
+
+fn backoff_input(previous_delay_ms: Option<u64>, random: u64) -> BackoffInput {
+    BackoffInput {
+        attempt: 3,
+        max_attempts: 9,
+        last_status: Some(503),
+        last_error_kind: Some("http_status".into()),
+        retry_after_ms: None,
+        elapsed_ms: 60_000,
+        now_ms: NOW_MS,
+        previous_delay_ms,
+        random: Some(random),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decorrelated_jitter_draws_between_base_and_three_times_the_previous_wait() {
+    let f = host_with(&["decorrelated-jitter"]);
+    let b = binding("decorrelated-jitter", &[("base_ms", "500"), ("cap_ms", "10000")]);
+    // previous 2000 ms: the wait is drawn from [500, 6000], i.e. 500 + random % 5501.
+    let wait = f
+        .host
+        .backoff(&b, backoff_input(Some(2_000), 12_345))
+        .await
+        .unwrap();
+    assert_eq!(
+        wait,
+        PluginBackoffDecision::RetryIn(Duration::from_millis(500 + 12_345 % 5_501))
+    );
+    // Capped: previous 9000 ms would allow 27000, the cap says 10000.
+    for random in [0, 1, 9_499, 9_500, u64::MAX] {
+        let PluginBackoffDecision::RetryIn(wait) = f
+            .host
+            .backoff(&b, backoff_input(Some(9_000), random))
+            .await
+            .unwrap()
+        else {
+            panic!("decorrelated jitter never gives up")
+        };
+        assert!((500..=10_000).contains(&(wait.as_millis() as u64)), "{wait:?}");
+    }
+    // Retry-After wins when it is longer.
+    let mut input = backoff_input(None, 0);
+    input.retry_after_ms = Some(7_000);
+    assert_eq!(
+        f.host.backoff(&b, input).await.unwrap(),
+        PluginBackoffDecision::RetryIn(Duration::from_millis(7_000))
+    );
+    let bad = f
+        .host
+        .backoff(
+            &binding("decorrelated-jitter", &[("base_ms", "soon")]),
+            backoff_input(None, 0),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(bad.detail, FailureDetail::Plugin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_answers_are_clamped_to_the_hosts_maximum() {
+    let limits = PluginLimits {
+        max_backoff_delay: Duration::from_secs(2),
+        ..PluginLimits::default()
+    };
+    let f = host_with_limits(&["decorrelated-jitter"], limits);
+    let b = binding(
+        "decorrelated-jitter",
+        &[("base_ms", "60000"), ("cap_ms", "600000")],
+    );
+    assert_eq!(
+        f.host.backoff(&b, backoff_input(None, 7)).await.unwrap(),
+        PluginBackoffDecision::RetryIn(Duration::from_secs(2))
+    );
+}
+
+// --- sandbox and limits --------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_hostile_fixture_fails_only_its_own_call_while_a_signer_keeps_working() {
+    let f = host_with(&[
+        "github-signature",
+        "loop-forever",
+        "memory-bomb",
+        "huge-output",
+        "trap",
+    ]);
+    let started = Instant::now();
+    let hostile: Vec<_> = ["loop-forever", "memory-bomb", "huge-output", "trap"]
+        .into_iter()
+        .map(|name| {
+            let host = f.host.clone();
+            tokio::spawn(async move {
+                let err = host
+                    .transform(&binding(name, &[]), transform_input(b"{}"))
+                    .await
+                    .unwrap_err();
+                (name, err, started.elapsed())
+            })
+        })
+        .collect();
+
+    // Meanwhile another plugin keeps serving, on the same host and runtime.
+    let signer = binding("github-signature", &[]);
+    for _ in 0..20 {
+        let headers = f
+            .host
+            .sign(
+                &signer,
+                sign_input(b"Hello, World!", &["It's a Secret to Everybody"]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            header(&headers, "X-Hub-Signature-256"),
+            Some("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+        );
+    }
+    let signer_done = started.elapsed();
+
+    let mut results = Vec::new();
+    for task in hostile {
+        results.push(task.await.unwrap());
+    }
+    let [looped, bomb, huge, trapped] = <[_; 4]>::try_from(results).unwrap();
+    assert_eq!(looped.1.detail, FailureDetail::Timeout, "{}", looped.1);
+    assert!(
+        signer_done < looped.2,
+        "20 signer calls ({signer_done:?}) finished while the loop was still running ({:?})",
+        looped.2
+    );
+    assert!(
+        looped.2 < Duration::from_secs(5),
+        "the deadline stopped the loop ({:?})",
+        looped.2
+    );
+    assert_eq!(bomb.1.detail, FailureDetail::Memory, "{}", bomb.1);
+    assert!(bomb.1.message.contains("memory"), "{}", bomb.1.message);
+    assert_eq!(huge.1.detail, FailureDetail::OutputTooLarge, "{}", huge.1);
+    assert_eq!(trapped.1.detail, FailureDetail::Trap, "{}", trapped.1);
+    for (name, failure, _) in [&looped, &bomb, &huge, &trapped] {
+        assert_eq!(failure.plugin, *name);
+        assert_eq!(failure.version.as_deref().map(str::len), Some(12));
+    }
+    // A failed call leaves nothing behind: the same plugin fails the same way again, and the
+    // others still work.
+    let again = f
+        .host
+        .transform(&binding("trap", &[]), transform_input(b"{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(again.detail, FailureDetail::Trap);
+    assert!(f.host.sign(&signer, sign_input(b"x", &["k"])).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_cannot_reach_files_environment_or_network() {
+    let f = host_with(&["try-escape"]);
+    // Things the gateway process itself can reach, so "denied" means the sandbox said no.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    assert!(Path::new("/etc/passwd").exists());
+    let (_, report) = forwarded(
+        f.host
+            .transform(&binding("try-escape", &[]), transform_input(b"{}"))
+            .await
+            .unwrap(),
+    );
+    let report = report.as_object().unwrap();
+    assert!(report.len() >= 10, "{report:?}");
+    for (what, outcome) in report {
+        assert!(
+            outcome == "denied" || outcome == "empty",
+            "{what}: {outcome} in {report:?}"
+        );
+    }
+    drop(listener);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_and_wrongly_bound_plugins_fail_with_their_own_details() {
+    let f = host_with(&["github-signature", "cloudevents"]);
+    let missing = f
+        .host
+        .transform(&binding("not-there", &[]), transform_input(b"{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.detail, FailureDetail::Missing);
+    assert_eq!(missing.version, None);
+
+    let wrong = f
+        .host
+        .transform(&binding("github-signature", &[]), transform_input(b"{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.detail, FailureDetail::WrongWorld);
+    assert_eq!(f.host.world_of("github_signature"), Some(World::Signer));
+    assert_eq!(f.host.world_of("cloudevents"), Some(World::Transformer));
+    assert_eq!(f.host.world_of("not-there"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sees_only_its_own_bindings_config_and_secret() {
+    let f = host_with(&["cloudevents", "github-signature"]);
+    let host = &f.host;
+    let calls = (0..16).map(|i| async move {
+        let source = format!("https://tenant-{i}.example");
+        let secret = format!("secret-of-tenant-{i}");
+        let body = format!(r#"{{"tenant":{i}}}"#);
+        let (_, doc) = forwarded(
+            host.transform(
+                &binding("cloudevents", &[("source", &source)]),
+                transform_input(body.as_bytes()),
+            )
+            .await
+            .unwrap(),
+        );
+        assert_eq!(doc["source"], source.as_str());
+        assert_eq!(doc["data"]["tenant"], i);
+        let headers = host
+            .sign(
+                &binding("github-signature", &[]),
+                sign_input(body.as_bytes(), &[&secret]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            header(&headers, "X-Hub-Signature-256").unwrap(),
+            format!("sha256={}", hmac_sha256_hex(secret.as_bytes(), body.as_bytes()))
+        );
+    });
+    futures_util::future::join_all(calls).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_that_do_not_fit_the_contract_are_rejected_at_load_without_harming_the_rest() {
+    let f = host_with(&["github-signature", "unknown-import", "wrong-signature"]);
+    std::fs::write(f.dir.path().join("corrupt.wasm"), b"\0asm not really").unwrap();
+    f.host.rescan().await.unwrap();
+    let loaded: Vec<String> = f.host.loaded().into_iter().map(|l| l.name).collect();
+    assert_eq!(loaded, ["github-signature"]);
+    for name in ["unknown-import", "wrong-signature", "corrupt"] {
+        let err = f
+            .host
+            .transform(&binding(name, &[]), transform_input(b"{}"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.detail, FailureDetail::Missing, "{name}");
+    }
+
+    let limits = PluginLimits::default();
+    let unknown = check_file(&built_plugin("unknown-import"), &limits).unwrap_err();
+    assert!(format!("{unknown:#}").contains("cannot be linked"), "{unknown:#}");
+    assert!(format!("{unknown:#}").contains("host-secrets"), "{unknown:#}");
+    let wrong = check_file(&built_plugin("wrong-signature"), &limits).unwrap_err();
+    assert!(
+        format!("{wrong:#}").contains("does not have the transformer world's type"),
+        "{wrong:#}"
+    );
+}
+
+// --- hot reload ----------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_follows_drop_replace_corrupt_delete_and_rename_into_place() {
+    let f = host_with(&[]);
+    let host = f.host.clone();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn({
+        let host = host.clone();
+        let shutdown = shutdown.clone();
+        async move { host.watch(shutdown).await }
+    });
+    let path = f.dir.path().join("hooks.wasm");
+    let b = binding("hooks", &[]);
+    let signed_with = |headers: &[(String, Vec<u8>)]| {
+        if header(headers, "X-Hub-Signature-256").is_some() {
+            "github"
+        } else if header(headers, "Stripe-Signature").is_some() {
+            "stripe"
+        } else {
+            "unknown"
+        }
+    };
+
+    // Drop: a new file is picked up.
+    let github = std::fs::read(built_plugin("github-signature")).unwrap();
+    std::fs::write(&path, &github).unwrap();
+    wait_for(&host, "the dropped plugin", RELOAD_TIMEOUT, |h| {
+        h.world_of("hooks").is_some()
+    })
+    .await;
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert_eq!(signed_with(&headers), "github");
+    let github_version = host.version_of("hooks").unwrap();
+
+    // Replace: the new content serves the next call.
+    std::fs::write(&path, std::fs::read(built_plugin("stripe-signature")).unwrap()).unwrap();
+    wait_for(&host, "the replaced plugin", RELOAD_TIMEOUT, |h| {
+        h.version_of("hooks").is_some_and(|v| v != github_version)
+    })
+    .await;
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert_eq!(signed_with(&headers), "stripe");
+    let stripe_version = host.version_of("hooks").unwrap();
+
+    // Corrupt: rejected, the previous version keeps serving.
+    let generation = *host.changes().borrow();
+    std::fs::write(&path, b"\0asm this is not a component").unwrap();
+    wait_for(&host, "the corrupt file's rejection", RELOAD_TIMEOUT, |h| {
+        *h.changes().borrow() > generation
+    })
+    .await;
+    assert_eq!(host.version_of("hooks").as_deref(), Some(stripe_version.as_str()));
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert_eq!(signed_with(&headers), "stripe");
+
+    // Delete: the plugin is gone, calls fail with `missing`.
+    std::fs::remove_file(&path).unwrap();
+    wait_for(&host, "the deletion", RELOAD_TIMEOUT, |h| {
+        h.world_of("hooks").is_none()
+    })
+    .await;
+    let missing = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap_err();
+    assert_eq!(missing.detail, FailureDetail::Missing);
+
+    // Rename into place: written elsewhere in the folder under another name, then renamed.
+    let staging = f.dir.path().join("hooks.wasm.partial");
+    std::fs::write(&staging, &github).unwrap();
+    std::fs::rename(&staging, &path).unwrap();
+    wait_for(&host, "the renamed plugin", RELOAD_TIMEOUT, |h| {
+        h.world_of("hooks").is_some()
+    })
+    .await;
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert_eq!(signed_with(&headers), "github");
+    assert_eq!(host.version_of("hooks").as_deref(), Some(github_version.as_str()));
+
+    shutdown.cancel();
+    watcher.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
+    let limits = PluginLimits {
+        call_timeout: Duration::from_millis(300),
+        ..PluginLimits::default()
+    };
+    let f = host_with_limits(&[], limits);
+    let path = f.dir.path().join("slow.wasm");
+    std::fs::copy(built_plugin("loop-forever"), &path).unwrap();
+    f.host.rescan().await.unwrap();
+    let loop_version = f.host.version_of("slow").unwrap();
+    // Poll the call once: it picks its version, instantiates and runs until its first yield.
+    let b = binding("slow", &[]);
+    let mut in_flight = Box::pin(f.host.transform(&b, transform_input(b"{}")));
+    assert!(futures_util::poll!(&mut in_flight).is_pending());
+    std::fs::copy(built_plugin("cloudevents"), &path).unwrap();
+    f.host.rescan().await.unwrap();
+    assert_ne!(f.host.version_of("slow").unwrap(), loop_version);
+    // The old version's call still ends the old version's way.
+    let old = in_flight.await.unwrap_err();
+    assert_eq!(old.detail, FailureDetail::Timeout);
+    // New calls get the new version.
+    let (_, doc) = forwarded(
+        f.host
+            .transform(&binding("slow", &[]), transform_input(b"{}"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(doc["specversion"], "1.0");
+}
+
+// --- compilation cache and check ------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_loads_compiled_artifacts_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let plugins = ["github-signature", "cloudevents", "redact", "decorrelated-jitter"];
+    install_plugins(dir.path(), &plugins);
+
+    let started = Instant::now();
+    let first = PluginHost::new(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        PluginLimits::default(),
+    )
+    .unwrap();
+    let cold = started.elapsed();
+    assert_eq!(first.cache_stats().misses, plugins.len() as u64);
+    assert_eq!(first.cache_stats().hits, 0);
+    drop(first);
+
+    let started = Instant::now();
+    let second = PluginHost::new(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        PluginLimits::default(),
+    )
+    .unwrap();
+    let warm = started.elapsed();
+    assert_eq!(second.cache_stats().hits, plugins.len() as u64);
+    assert_eq!(second.cache_stats().misses, 0);
+    eprintln!(
+        "start with {} plugins: cold {cold:?}, from cache {warm:?}",
+        plugins.len()
+    );
+    let headers = second
+        .sign(
+            &binding("github-signature", &[]),
+            sign_input(b"Hello, World!", &["It's a Secret to Everybody"]),
+        )
+        .await
+        .unwrap();
+    assert!(header(&headers, "X-Hub-Signature-256").is_some());
+}
+
+#[test]
+fn check_reports_world_imports_size_and_a_sample_run() {
+    let limits = PluginLimits::default();
+    let report = check_file(&built_plugin("github-signature"), &limits).unwrap();
+    assert_eq!(report.world, World::Signer);
+    assert_eq!(report.name, "github_signature".replace('_', "-"));
+    assert!(
+        report
+            .imports
+            .iter()
+            .any(|i| i.starts_with("hookgate:plugin/crypto@0.1.0")),
+        "{:?}",
+        report.imports
+    );
+    assert!(report.size_bytes > 1000);
+    let answer = report.sample.as_ref().unwrap();
+    assert!(answer.contains("X-Hub-Signature-256: sha256="), "{answer}");
+    let text = report.to_string();
+    assert!(text.contains("world:        signer"), "{text}");
+
+    let looping = check_file(&built_plugin("loop-forever"), &limits).unwrap();
+    assert_eq!(looping.world, World::Transformer);
+    assert_eq!(looping.sample.unwrap_err().detail, FailureDetail::Timeout);
+
+    let not_a_component = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_a_component.path(), b"\0asm\x01\0\0\0").unwrap();
+    assert!(check_file(not_a_component.path(), &limits).is_err());
+}
+
+// --- a second guest language ----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_built_with_componentize_py_forwards_and_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        support::plugin_build::built_python_plugin(),
+        dir.path().join("type-filter.wasm"),
+    )
+    .unwrap();
+    let limits = PluginLimits {
+        call_timeout: Duration::from_millis(500),
+        memory_bytes: 64 << 20,
+        ..PluginLimits::default()
+    };
+    let host = PluginHost::new(dir.path().to_owned(), cache.path().to_owned(), limits).unwrap();
+    assert_eq!(host.world_of("type-filter"), Some(World::Transformer));
+    let b = binding(
+        "type-filter",
+        &[("drop_types", "test.*, internal.ping"), ("label", "shop")],
+    );
+
+    let result = host
+        .transform(&b, transform_input(br#"{"order":42}"#))
+        .await
+        .unwrap();
+    let TransformResult::Forward { headers, body } = result else {
+        panic!("expected forward, got {result:?}")
+    };
+    assert_eq!(header(&headers, "X-Event-Type-Label"), Some("shop"));
+    assert_eq!(&body[..], br#"{"order":42}"#);
+
+    let mut test_event = transform_input(b"{}");
+    test_event.event.event_type = "test.created".into();
+    assert_eq!(
+        host.transform(&b, test_event).await.unwrap(),
+        TransformResult::Drop {
+            reason: "event type test.created matches test.*".into()
+        }
+    );
+}
