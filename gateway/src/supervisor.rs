@@ -24,7 +24,7 @@ use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
-use crate::plugins::{PluginHost, PluginLimits};
+use crate::plugins::{PluginHost, PluginLimits, World};
 use crate::scheduler::attempt::AttemptEnv;
 use crate::scheduler::{Scheduler, SchedulerDeps, SchedulerHandle};
 use crate::store::{RetentionCutoffs, SqliteOptions, SqliteStore, Store};
@@ -67,6 +67,7 @@ pub struct Gateway {
 #[derive(Clone)]
 pub struct Reloader {
     config: Arc<ArcSwap<Config>>,
+    plugins: PluginHost,
     scheduler: SchedulerHandle,
     sender: Sender,
     status: Arc<Mutex<RuntimeStatus>>,
@@ -103,6 +104,10 @@ impl Reloader {
     /// at the next planning step of each delivery; the listener, database and plugin folder are
     /// bound at start and change only with a restart.
     pub fn apply(&self, mut new: Config) {
+        if let Err(e) = new.check_plugin_bindings(|name| self.plugins.world_of(name).map(World::as_str)) {
+            self.refuse(&e);
+            return;
+        }
         let old = self.config.load_full();
         for (key, differs) in [
             ("server.listen", new.server.listen != old.server.listen),
@@ -198,17 +203,19 @@ impl Gateway {
         })
         .context("building the HTTP client")?;
 
-        let plugins = PluginHost::new(
-            config.plugins.dir.clone(),
-            config.plugins.cache_dir.clone(),
-            PluginLimits {
-                call_timeout: config.plugins.call_timeout,
-                memory_bytes: config.plugins.memory_bytes,
-                output_bytes: config.plugins.max_output_bytes,
-                ..PluginLimits::default()
-            },
-        )
-        .context("starting the plugin host")?;
+        // Compiling the plugin folder can take a while: keep it off the async workers.
+        let (dir, cache_dir) = (config.plugins.dir.clone(), config.plugins.cache_dir.clone());
+        let limits = PluginLimits {
+            call_timeout: config.plugins.call_timeout,
+            memory_bytes: config.plugins.memory_bytes,
+            output_bytes: config.plugins.max_output_bytes,
+            ..PluginLimits::default()
+        };
+        let plugins = tokio::task::spawn_blocking(move || PluginHost::new(dir, cache_dir, limits))
+            .await
+            .context("starting the plugin host")?
+            .context("starting the plugin host")?;
+        config.check_plugin_bindings(|name| plugins.world_of(name).map(World::as_str))?;
 
         let config = Arc::new(ArcSwap::from_pointee(config));
         let (mut scheduler, scheduler_handle) = Scheduler::load(SchedulerDeps {
@@ -307,6 +314,7 @@ impl Gateway {
 
         let reloader = Reloader {
             config: config.clone(),
+            plugins: plugins.clone(),
             scheduler: scheduler_handle,
             sender,
             status,

@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod idempotency;
 mod ops;
+mod plugins;
 mod policies;
 mod views;
 
@@ -81,6 +82,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(events::router())
         .merge(deliveries::router())
         .merge(endpoints::router())
+        .merge(plugins::router())
         .merge(policies::router())
         .merge(ops::router())
         .split_for_parts();

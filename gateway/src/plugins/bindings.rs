@@ -15,7 +15,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub(crate) use hookgate::plugin::types::{
+pub(crate) use self::hookgate::plugin::types::{
     Decision, DeliveryInfo, EndpointInfo, EventInfo, Message, Outcome, PluginError, RetryContext,
 };
-pub(crate) use hookgate::plugin::{config, crypto, log, types};
+pub(crate) use self::hookgate::plugin::{config, crypto, log, types};

@@ -89,7 +89,12 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
                         },
                     )
                     .await;
-                notes.push(note(&binding.plugin, call.elapsed(), answer.as_ref().err()));
+                notes.push(note(
+                    &env.plugins,
+                    &binding.plugin,
+                    call.elapsed(),
+                    answer.as_ref().err(),
+                ));
                 match answer {
                     Ok(PluginBackoffDecision::RetryIn(wait)) => Some(BackoffDecision::RetryIn(wait)),
                     Ok(PluginBackoffDecision::GiveUp(reason)) => Some(BackoffDecision::GiveUp(reason)),
@@ -127,15 +132,16 @@ fn retry_after_ms(outcome: &Outcome, now: Timestamp) -> Option<u64> {
     }
 }
 
-fn note(plugin: &str, took: Duration, failure: Option<&PluginFailure>) -> String {
-    let version = failure.and_then(|f| f.version.clone());
-    match (failure, version) {
-        (Some(f), _) => format!(
-            "{plugin}: {} after {:.2} ms",
-            f.detail.as_str(),
-            took.as_secs_f64() * 1000.0
-        ),
-        (None, _) => format!("{plugin} ({:.2} ms)", took.as_secs_f64() * 1000.0),
+/// What the attempt log says about one plugin call: name, version (file hash) and time.
+fn note(plugins: &PluginHost, plugin: &str, took: Duration, failure: Option<&PluginFailure>) -> String {
+    let version = plugins
+        .version_of(plugin)
+        .map(|v| format!("@{v}"))
+        .unwrap_or_default();
+    let ms = took.as_secs_f64() * 1000.0;
+    match failure {
+        Some(f) => format!("{plugin}{version}: {} after {ms:.2} ms", f.detail.as_str()),
+        None => format!("{plugin}{version} ({ms:.2} ms)"),
     }
 }
 
@@ -186,7 +192,12 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
                 },
             )
             .await;
-        notes.push(note(&binding.plugin, call.elapsed(), answer.as_ref().err()));
+        notes.push(note(
+            &env.plugins,
+            &binding.plugin,
+            call.elapsed(),
+            answer.as_ref().err(),
+        ));
         match answer {
             Ok(TransformResult::Forward {
                 headers: new_headers,
@@ -244,7 +255,12 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
                 },
             )
             .await;
-        notes.push(note(&binding.plugin, call.elapsed(), answer.as_ref().err()));
+        notes.push(note(
+            &env.plugins,
+            &binding.plugin,
+            call.elapsed(),
+            answer.as_ref().err(),
+        ));
         match answer {
             Ok(signed) => match header_map(&signed) {
                 Ok(signed) => {

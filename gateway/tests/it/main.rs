@@ -3,6 +3,8 @@
 //! The gateway's integration tests: one binary, modules named by behaviour. Real HTTP on
 //! 127.0.0.1:0, real SQLite in temp dirs, a manual clock instead of sleeps.
 
+#[path = "../support/plugin_build.rs"]
+mod plugin_build;
 mod support;
 
 mod auth;
@@ -15,6 +17,7 @@ mod ingest;
 mod ops;
 mod ops_cli;
 mod ordering;
+mod plugins_e2e;
 mod policies;
 mod recovery;
 mod reload;
