@@ -245,3 +245,31 @@ async fn binding_a_plugin_of_the_wrong_kind_is_a_config_error() {
     );
     assert!(err.contains(&expected), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_check_describes_a_component_and_refuses_garbage() {
+    let path = tokio::task::spawn_blocking(|| built_plugin("github-signature"))
+        .await
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["plugin", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("signer"), "{text}");
+    let garbage = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(garbage.path(), b"not a component").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["plugin", "check"])
+        .arg(garbage.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!out.stderr.is_empty());
+}
