@@ -50,6 +50,9 @@ pub(crate) struct Item {
     /// The lane epoch this item belongs to; a pause or removal bumps the epoch, which
     /// invalidates every item queued before it without searching the heap.
     epoch: u64,
+    /// When the upcoming attempt is planned; its start minus this is the scheduler's lateness
+    /// (`hookgate_attempt_lateness_seconds`), which includes waits for lane room and throttle.
+    due_at: Timestamp,
 }
 
 struct Due {
@@ -227,6 +230,7 @@ impl Scheduler {
                 ordering_key: p.ordering_key.map(Arc::from),
                 previous_delay: None,
                 epoch: 0,
+                due_at: p.next_attempt_at,
             };
             actor.admit(item, p.next_attempt_at);
         }
@@ -369,6 +373,7 @@ impl Actor {
                         attempts_made: r.attempts_made,
                         previous_delay: None,
                         epoch: 0,
+                        due_at: r.next_attempt_at,
                     };
                     self.admit(item, r.next_attempt_at);
                 }
@@ -399,7 +404,8 @@ impl Actor {
         }
     }
 
-    fn push_due(&mut self, item: Item, at: Timestamp) {
+    fn push_due(&mut self, mut item: Item, at: Timestamp) {
+        item.due_at = at;
         self.seq += 1;
         self.due.push(Reverse(Due {
             at,
@@ -440,6 +446,8 @@ impl Actor {
                 let lane = self.lanes.get_mut(&name).expect("lane exists");
                 match lane.next_ready(now) {
                     lane::Next::Go(item) => {
+                        metrics::histogram!("hookgate_attempt_lateness_seconds")
+                            .record(now.since(item.due_at).as_secs_f64());
                         self.in_flight += 1;
                         self.start(item, &config);
                     }

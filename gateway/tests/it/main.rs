@@ -11,3 +11,4 @@ mod crash_recovery;
 mod idempotency;
 mod ingest;
 mod retry_schedule;
+mod scheduler_metrics;
