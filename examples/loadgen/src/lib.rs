@@ -20,9 +20,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
+use hookgate_sink::Stats;
 use http::{Method, Request, header};
 use http_body_util::{BodyExt, Full};
-use hookgate_sink::Stats;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -37,7 +37,11 @@ pub enum LoadError {
     #[error("the sink's stats at {url} could not be read: {reason}")]
     SinkStats { url: String, reason: String },
     #[error("the sink saw {seen} of {expected} deliveries within {waited:?}")]
-    SinkTimeout { seen: u64, expected: u64, waited: Duration },
+    SinkTimeout {
+        seen: u64,
+        expected: u64,
+        waited: Duration,
+    },
 }
 
 /// What to send and where.
@@ -129,7 +133,8 @@ struct Prepared {
 }
 
 fn event_json(target: &Target) -> String {
-    let fixed = r#"{"type":"","payload":{"order":12345,"status":"paid","data":""}}"#.len() + target.event_type.len();
+    let fixed =
+        r#"{"type":"","payload":{"order":12345,"status":"paid","data":""}}"#.len() + target.event_type.len();
     let pad = "x".repeat(target.payload_bytes.saturating_sub(fixed));
     format!(
         r#"{{"type":"{}","payload":{{"order":12345,"status":"paid","data":"{pad}"}}}}"#,
@@ -273,9 +278,7 @@ impl Report {
         } else {
             self.errors += 1;
         }
-        let _ = self
-            .latency_us
-            .record((sample.latency.as_micros() as u64).max(1));
+        let _ = self.latency_us.record((sample.latency.as_micros() as u64).max(1));
     }
 
     fn merge(&mut self, other: Report) {

@@ -12,10 +12,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use hookgate_loadgen::{Client, Shape, Stop, Target, closed_loop, open_loop, sink_stats, unix_us, wait_for_sink};
+use hookgate_loadgen::{
+    Client, Shape, Stop, Target, closed_loop, open_loop, sink_stats, unix_us, wait_for_sink,
+};
 
 #[derive(Debug, Parser)]
-#[command(name = "hookgate-loadgen", version, about = "Drives a running hookgate and measures it")]
+#[command(
+    name = "hookgate-loadgen",
+    version,
+    about = "Drives a running hookgate and measures it"
+)]
 struct Args {
     /// The gateway's base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
