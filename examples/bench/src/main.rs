@@ -110,6 +110,15 @@ fn machine() -> String {
     )
 }
 
+/// The 1-minute load average: runnable threads, averaged; above the core count, the gateway
+/// waited for CPU behind other work.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 async fn run(args: Args) -> ExitCode {
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|s| s == name);
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -131,6 +140,8 @@ async fn run(args: Args) -> ExitCode {
     eprintln!("hookgate-bench on {machine}; {} run(s) per figure", args.runs);
 
     let runs = args.runs.max(1);
+    // Other work on the machine skews every figure; the load before each step goes on record.
+    let mut loads: Vec<f64> = Vec::new();
     for run in 1..=runs {
         let mut steps: Vec<(&str, String)> = Vec::new();
         if wanted("ingest") {
@@ -152,7 +163,9 @@ async fn run(args: Args) -> ExitCode {
             }
         }
         for (name, label) in steps {
-            eprintln!("[run {run}/{runs}] {label}");
+            let load = load_average();
+            loads.push(load);
+            eprintln!("[run {run}/{runs}] {label} (load average {load:.2})");
             let outcome = match label.as_str() {
                 "ingest single c=1" => bench.ingest(Shape::Single, 1).await,
                 "ingest single c=16" => bench.ingest(Shape::Single, 16).await,
@@ -176,6 +189,13 @@ async fn run(args: Args) -> ExitCode {
     }
 
     print!("\n{}", bench.results.table());
+    println!(
+        "load average before the steps: min {:.2}, median {:.2}, max {:.2} ({} cores)",
+        loads.iter().copied().fold(f64::INFINITY, f64::min),
+        report::median(&loads),
+        loads.iter().copied().fold(0.0, f64::max),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let mut ok = true;
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
@@ -184,6 +204,7 @@ async fn run(args: Args) -> ExitCode {
             "quick": args.quick,
             "figures": bench.results.figures,
             "skipped": bench.results.skipped,
+            "load_average_before_each_step": loads,
         });
         match std::fs::write(path, serde_json::to_string_pretty(&doc).expect("serializes")) {
             Ok(()) => eprintln!("results written to {}", path.display()),

@@ -95,8 +95,10 @@ impl Site {
         Ok(Site { dir, config })
     }
 
-    async fn start(&self) -> anyhow::Result<GatewayProcess> {
-        GatewayProcess::spawn(&self.config, &self.dir.path().join("gateway.log"), READY_WITHIN).await
+    /// Starts a gateway on this site; its log goes to `log` (outside the temp dir, so it is
+    /// still there to read when a run fails).
+    async fn start(&self, log: &Path) -> anyhow::Result<GatewayProcess> {
+        GatewayProcess::spawn(&self.config, log, READY_WITHIN).await
     }
 
     fn database_bytes(&self) -> u64 {
@@ -142,6 +144,16 @@ fn ensure_no_errors(report: &Report, what: &str) -> anyhow::Result<()> {
 }
 
 impl Bench {
+    /// Starts a gateway on `site` with its log under `<work dir>/logs/<name>.log`, and gives
+    /// the run a fresh client: a pooled connection to a stopped gateway must not be reused
+    /// when the next gateway happens to get the same port.
+    async fn start(&mut self, site: &Site, name: &str) -> anyhow::Result<GatewayProcess> {
+        let logs = self.work_root.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        self.client = Client::new(256);
+        site.start(&logs.join(format!("{name}.log"))).await
+    }
+
     fn say(&self, text: &str) {
         if self.verbose {
             eprintln!("  {text}");
@@ -163,7 +175,7 @@ impl Bench {
     /// Ingestion alone (a topic nobody subscribes to): events/s and latency, closed loop.
     pub(crate) async fn ingest(&mut self, shape: Shape, concurrency: usize) -> anyhow::Result<()> {
         let site = Site::new(&self.work_root, "topics:\n  ingest: {}\n")?;
-        let gw = site.start().await?;
+        let gw = self.start(&site, &format!("ingest-{concurrency}")).await?;
         let t = target(&gw, "ingest", 200);
         // Warm-up: connections, statement caches, the WAL file.
         closed_loop(
@@ -236,7 +248,7 @@ impl Bench {
             ));
         }
         let site = Site::new(&self.work_root, &yaml)?;
-        let gw = site.start().await?;
+        let gw = self.start(&site, &format!("e2e-{endpoints}")).await?;
         let t = target(&gw, "orders", 200);
         let batch = 100u64;
         // Warm-up: one batch through to the sink.
@@ -335,7 +347,7 @@ impl Bench {
             sink.url("/hook")
         );
         let site = Site::new(&self.work_root, &yaml)?;
-        let gw = site.start().await?;
+        let gw = self.start(&site, "latency").await?;
         let t = target(&gw, "orders", 200);
         open_loop(
             &self.client,
@@ -424,7 +436,7 @@ impl Bench {
             sink.url("/status/503")
         );
         let site = Site::new(&self.work_root, &yaml)?;
-        let gw = site.start().await?;
+        let gw = self.start(&site, "lateness").await?;
         let load = closed_loop(
             &self.client,
             &target(&gw, "parked", 100),
@@ -513,7 +525,7 @@ impl Bench {
             sink.url("/hook")
         );
         let site = Site::new(&self.work_root, &yaml)?;
-        let gw = site.start().await?;
+        let gw = self.start(&site, "backlog").await?;
         let idle = gw.memory()?;
         let load = closed_loop(
             &self.client,
@@ -540,7 +552,7 @@ impl Bench {
 
         sink.reset();
         let spawned_us = unix_us();
-        let gw = site.start().await?;
+        let gw = self.start(&site, "backlog-restarted").await?;
         wait_until(
             "the first delivery after the restart",
             Duration::from_secs(120),
@@ -622,7 +634,8 @@ impl Bench {
     /// with a transform (`cloudevents`) and a signer (`github-signature`): the difference in
     /// the gateway's CPU time per delivery, and the plugin time each attempt recorded.
     pub(crate) async fn plugins(&mut self) -> anyhow::Result<()> {
-        let wasm = |name: &str| self.plugin_build.join(format!("{name}.wasm"));
+        // Cargo names the artifacts with `_`; the gateway treats `-` and `_` alike.
+        let wasm = |name: &str| self.plugin_build.join(format!("{}.wasm", name.replace('-', "_")));
         for name in ["cloudevents", "github-signature"] {
             if !wasm(name).exists() {
                 bail!(
@@ -647,7 +660,7 @@ impl Bench {
         for name in ["cloudevents", "github-signature"] {
             std::fs::copy(wasm(name), plugin_dir.join(format!("{name}.wasm")))?;
         }
-        let gw = site.start().await?;
+        let gw = self.start(&site, "plugins").await?;
         let events = self.scale.plugin_events;
         let mut cpu_per_delivery = [0.0f64; 2];
         // Warm both paths, then measure each; the order alternates the CPU caches' favour.
