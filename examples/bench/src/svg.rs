@@ -77,10 +77,9 @@ pub(crate) fn bar_chart(title: &str, subtitle: &str, bars: &[Bar]) -> String {
                 Bound::AtLeast => "≥",
                 Bound::AtMost => "≤",
             };
-            let _ = write!(
+            let _ = writeln!(
                 svg,
-                r##"<line x1="{tx:.1}" y1="{y1}" x2="{tx:.1}" y2="{y2}" stroke="#c0392b" stroke-width="2" stroke-dasharray="4 3"><title>target {sign} {tv}</title></line>
-"##,
+                r##"<line x1="{tx:.1}" y1="{y1}" x2="{tx:.1}" y2="{y2}" stroke="#c0392b" stroke-width="2" stroke-dasharray="4 3"><title>target {sign} {tv}</title></line>"##,
                 y1 = y + 2.0,
                 y2 = y + ROW_H - 2.0,
                 tv = number(t.value),
