@@ -164,6 +164,17 @@ fn metrics_handle() -> Option<PrometheusHandle> {
             PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
                 .and_then(|b| {
+                    // Lateness is measured on the millisecond clock: bucket edges half-way
+                    // between whole milliseconds give every value up to 10 ms its own bucket.
+                    b.set_buckets_for_metric(
+                        Matcher::Full("hookgate_attempt_lateness_seconds".into()),
+                        &[
+                            0.0005, 0.0015, 0.0025, 0.0035, 0.0045, 0.0055, 0.0065, 0.0075, 0.0085, 0.0095,
+                            0.0255, 0.0505, 0.1005, 0.2505, 0.5005, 1.0005, 5.0005, 60.0005,
+                        ],
+                    )
+                })
+                .and_then(|b| {
                     b.set_buckets_for_metric(
                         Matcher::Full("hookgate_writer_batch_size".into()),
                         &[1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0],

@@ -183,6 +183,7 @@ mod tests {
             ordering_key: key.map(Arc::from),
             previous_delay: None,
             epoch: 0,
+            due_at: Timestamp::from_millis(0),
         }
     }
 

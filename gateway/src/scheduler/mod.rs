@@ -35,8 +35,16 @@ use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Outcom
 use crate::policy::{self, GiveUpReason, NextStep, RetryContext};
 use crate::store::{AttemptWrite, HealthWrite, ReadyDelivery, StateChange, Store};
 
-/// A delivery waiting in memory. Deliveries ingested by this process keep their event, so
-/// their first attempt needs no read; rebuilt ones load it when due.
+/// Deliveries held in memory up to which a new or retried delivery keeps its event. Past it,
+/// an item keeps only its id and reads its event back when due, as after a restart: a backlog
+/// of a million then costs about 100 bytes per delivery instead of the whole event (RSS with
+/// 1 000 000 pending fell from 528 MiB to 167 MiB in `hookgate-bench`), while a gateway that
+/// keeps up never reads an event back.
+const KEEP_EVENTS_UP_TO: u64 = 100_000;
+
+/// A delivery waiting in memory. Deliveries ingested by this process keep their event (while
+/// the queue is below [`KEEP_EVENTS_UP_TO`]), so their first attempt needs no read; rebuilt
+/// ones load it when due.
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
     id: DeliveryId,
@@ -50,6 +58,9 @@ pub(crate) struct Item {
     /// The lane epoch this item belongs to; a pause or removal bumps the epoch, which
     /// invalidates every item queued before it without searching the heap.
     epoch: u64,
+    /// When the upcoming attempt is planned; its start minus this is the scheduler's lateness
+    /// (`hookgate_attempt_lateness_seconds`), which includes waits for lane room and throttle.
+    due_at: Timestamp,
 }
 
 struct Due {
@@ -240,6 +251,7 @@ impl Scheduler {
                 ordering_key: p.ordering_key.map(Arc::from),
                 previous_delay: None,
                 epoch: 0,
+                due_at: p.next_attempt_at,
             };
             actor.admit(item, p.next_attempt_at);
         }
@@ -376,15 +388,17 @@ impl Actor {
                         });
                         continue;
                     }
+                    let keep_event = self.shared.queued.load(Ordering::Relaxed) < KEEP_EVENTS_UP_TO;
                     let item = Item {
                         id: r.id,
                         ordering_key: r.event.ordering_key.as_deref().map(Arc::from),
                         endpoint: r.endpoint,
-                        event: Some(r.event),
+                        event: keep_event.then_some(r.event),
                         round: r.round,
                         attempts_made: r.attempts_made,
                         previous_delay: None,
                         epoch: 0,
+                        due_at: r.next_attempt_at,
                     };
                     self.admit(item, r.next_attempt_at);
                 }
@@ -415,7 +429,8 @@ impl Actor {
         }
     }
 
-    fn push_due(&mut self, item: Item, at: Timestamp) {
+    fn push_due(&mut self, mut item: Item, at: Timestamp) {
+        item.due_at = at;
         self.seq += 1;
         self.due.push(Reverse(Due {
             at,
@@ -456,6 +471,8 @@ impl Actor {
                 let lane = self.lanes.get_mut(&name).expect("lane exists");
                 match lane.next_ready(now) {
                     lane::Next::Go(item) => {
+                        metrics::histogram!("hookgate_attempt_lateness_seconds")
+                            .record(now.since(item.due_at).as_secs_f64());
                         self.in_flight += 1;
                         self.start(item, &config);
                     }
@@ -671,7 +688,8 @@ impl Actor {
         match next_at {
             Some(at) if status == DeliveryStatus::Pending => {
                 item.attempts_made = n;
-                item.event = Some(event);
+                item.event =
+                    (self.shared.queued.load(Ordering::Relaxed) < KEEP_EVENTS_UP_TO).then_some(event);
                 item.previous_delay = Some(at.since(now));
                 // Keeps its ordering key busy: the next event of the key waits for this one.
                 self.push_due(item, at);

@@ -24,3 +24,4 @@ mod reload;
 mod replay;
 mod retention;
 mod retry_schedule;
+mod scheduler_metrics;

@@ -1,0 +1,244 @@
+//! `hookgate-bench`: one command that reproduces every performance figure of hookgate.
+//!
+//! ```text
+//! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
+//!                                           [--only ingest,e2e,latency,lateness,backlog,plugins]
+//! ```
+//!
+//! Each scenario starts a gateway in its own process (this executable with the hidden
+//! `__gateway` subcommand) on a temp dir, with a `hookgate-sink` in this process as the
+//! receiver and `hookgate-loadgen` as the client, and every figure is the median of `--runs`
+//! runs. Everything listens on 127.0.0.1 only.
+
+mod child;
+mod prom;
+mod report;
+mod scenarios;
+mod svg;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use hookgate_loadgen::{Client, Shape};
+
+use crate::report::Results;
+use crate::scenarios::{Bench, Scale};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hookgate-bench",
+    version,
+    about = "Reproduces hookgate's performance figures"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Hidden>,
+    /// Runs per figure; the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// A tenth of every size, one second per timed phase: a smoke run.
+    #[arg(long)]
+    quick: bool,
+    /// Only these scenarios (comma-separated): ingest, e2e, latency, lateness, backlog, plugins.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also draw `bench-throughput.svg` and `bench-latency.svg` into this folder.
+    #[arg(long)]
+    charts: Option<PathBuf>,
+    /// Where the gateways' temp dirs go (their SQLite files are fsync'd there: use a real disk).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Where the bundled plugins were built.
+    #[arg(long)]
+    plugin_build: Option<PathBuf>,
+    /// Print each run's details on stderr.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Hidden {
+    /// Runs a gateway on CONFIG until SIGTERM (the harness starts itself this way).
+    #[command(name = "__gateway", hide = true)]
+    Gateway { config: PathBuf },
+}
+
+const SCENARIOS: &[&str] = &["ingest", "e2e", "latency", "lateness", "backlog", "plugins"];
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(Hidden::Gateway { config }) = &args.command {
+        return child::serve(config);
+    }
+    if let Some(unknown) = args.only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+        eprintln!("unknown scenario `{unknown}` (known: {})", SCENARIOS.join(", "));
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(args))
+}
+
+/// `2 × Intel(R) Xeon(R) Processor, 23.4 GiB, ext4`: what the figures were measured on.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim())
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    format!(
+        "{cores} cores ({model}), {:.1} GiB RAM",
+        mem_kib as f64 / 1024.0 / 1024.0
+    )
+}
+
+/// The 1-minute load average: runnable threads, averaged; above the core count, the gateway
+/// waited for CPU behind other work.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+async fn run(args: Args) -> ExitCode {
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|s| s == name);
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut bench = Bench {
+        client: Client::new(256),
+        scale: if args.quick { Scale::quick() } else { Scale::full() },
+        work_root: args
+            .work_dir
+            .clone()
+            .unwrap_or_else(|| workspace.join("target/bench-work")),
+        plugin_build: args
+            .plugin_build
+            .clone()
+            .unwrap_or_else(|| workspace.join("plugins/target/wasm32-wasip2/release")),
+        results: Results::default(),
+        verbose: args.verbose,
+    };
+    let machine = machine();
+    eprintln!("hookgate-bench on {machine}; {} run(s) per figure", args.runs);
+
+    let runs = args.runs.max(1);
+    // Other work on the machine skews every figure; the load before each step goes on record.
+    let mut loads: Vec<f64> = Vec::new();
+    for run in 1..=runs {
+        let mut steps: Vec<(&str, String)> = Vec::new();
+        if wanted("ingest") {
+            for c in [1, 16, 64] {
+                steps.push(("ingest", format!("ingest single c={c}")));
+            }
+            steps.push(("ingest", "ingest batch".into()));
+        }
+        for (name, label) in [
+            ("e2e", "end to end, 1 endpoint"),
+            ("e2e", "end to end, fan-out 10"),
+            ("latency", "latency at a fixed rate"),
+            ("lateness", "scheduler lateness"),
+            ("backlog", "backlog memory and restart"),
+            ("plugins", "plugin overhead"),
+        ] {
+            if wanted(name) {
+                steps.push((name, label.into()));
+            }
+        }
+        for (name, label) in steps {
+            let load = load_average();
+            loads.push(load);
+            eprintln!("[run {run}/{runs}] {label} (load average {load:.2})");
+            let outcome = match label.as_str() {
+                "ingest single c=1" => bench.ingest(Shape::Single, 1).await,
+                "ingest single c=16" => bench.ingest(Shape::Single, 16).await,
+                "ingest single c=64" => bench.ingest(Shape::Single, 64).await,
+                "ingest batch" => bench.ingest(Shape::Batch(100), 4).await,
+                "end to end, 1 endpoint" => bench.end_to_end(1, bench.scale.e2e_events).await,
+                "end to end, fan-out 10" => bench.end_to_end(10, bench.scale.fanout_events).await,
+                "latency at a fixed rate" => bench.latency_at_rate().await,
+                "scheduler lateness" => bench.lateness().await,
+                "backlog memory and restart" => bench.backlog().await,
+                _ => bench.plugins().await,
+            };
+            if let Err(e) = outcome {
+                let why = format!("{name} ({label}): {e:#}");
+                eprintln!("  failed: {why}");
+                if !bench.results.skipped.contains(&why) {
+                    bench.results.skipped.push(why);
+                }
+            }
+        }
+    }
+
+    print!("\n{}", bench.results.table());
+    println!(
+        "load average before the steps: min {:.2}, median {:.2}, max {:.2} ({} cores)",
+        loads.iter().copied().fold(f64::INFINITY, f64::min),
+        report::median(&loads),
+        loads.iter().copied().fold(0.0, f64::max),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut ok = true;
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "machine": machine,
+            "runs": runs,
+            "quick": args.quick,
+            "figures": bench.results.figures,
+            "skipped": bench.results.skipped,
+            "load_average_before_each_step": loads,
+        });
+        match std::fs::write(path, serde_json::to_string_pretty(&doc).expect("serializes")) {
+            Ok(()) => eprintln!("results written to {}", path.display()),
+            Err(e) => {
+                eprintln!("cannot write {}: {e}", path.display());
+                ok = false;
+            }
+        }
+    }
+    if let Some(dir) = &args.charts {
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| {
+                std::fs::write(
+                    dir.join("bench-throughput.svg"),
+                    svg::throughput_chart(&bench.results, &machine),
+                )
+            })
+            .and_then(|()| {
+                std::fs::write(
+                    dir.join("bench-latency.svg"),
+                    svg::latency_chart(&bench.results, &machine),
+                )
+            });
+        match written {
+            Ok(()) => eprintln!("charts written to {}", dir.display()),
+            Err(e) => {
+                eprintln!("cannot write the charts: {e}");
+                ok = false;
+            }
+        }
+    }
+    if ok && bench.results.skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,507 @@
+//! `hookgate-loadgen`: drives a running gateway's ingestion API and measures it.
+//!
+//! Two ways to load it:
+//! - [`closed_loop`]: `concurrency` workers each send a request, wait for the answer, send the
+//!   next — the throughput the gateway sustains at that concurrency;
+//! - [`open_loop`]: requests start at a fixed offered rate whatever the answers do, so a slow
+//!   answer cannot hold back the next request (no coordinated omission) — the latency a client
+//!   sees at that rate.
+//!
+//! Either sends single events (`POST /v1/topics/{topic}/events`) or batches
+//! (`.../events/batch`). Latency is measured per request, from the moment it is handed to the
+//! connection until the whole answer is read, into an HDR histogram in microseconds.
+//! [`wait_for_sink`] then follows a `hookgate-sink`'s `/stats` until every delivery arrived,
+//! for end-to-end rates.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use hookgate_sink::Stats;
+use http::{Method, Request, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+
+/// Errors of the load generator's own making (not the gateway's answers, which are counted).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("invalid URL `{0}`")]
+    BadUrl(String),
+    #[error("the sink's stats at {url} could not be read: {reason}")]
+    SinkStats { url: String, reason: String },
+    #[error("the sink saw {seen} of {expected} deliveries within {waited:?}")]
+    SinkTimeout {
+        seen: u64,
+        expected: u64,
+        waited: Duration,
+    },
+}
+
+/// What to send and where.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `http://host:port` of the gateway.
+    pub base_url: String,
+    pub topic: String,
+    pub api_key: Option<String>,
+    pub event_type: String,
+    /// Approximate size of each event's JSON payload.
+    pub payload_bytes: usize,
+}
+
+/// One event per request, or `n` per batch request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Shape {
+    Single,
+    Batch(usize),
+}
+
+impl Shape {
+    pub fn events_per_request(self) -> u64 {
+        match self {
+            Shape::Single => 1,
+            Shape::Batch(n) => n as u64,
+        }
+    }
+}
+
+/// When a closed loop stops.
+#[derive(Debug, Clone, Copy)]
+pub enum Stop {
+    After(Duration),
+    Requests(u64),
+}
+
+/// A pooled HTTP/1.1 client, one keep-alive connection per concurrent request.
+#[derive(Clone)]
+pub struct Client {
+    inner: HyperClient<HttpConnector, Full<Bytes>>,
+}
+
+impl Client {
+    pub fn new(max_connections: usize) -> Client {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let inner = HyperClient::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(max_connections.max(1))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Client { inner }
+    }
+
+    /// GETs `url` and returns the body when the answer is a 2xx.
+    pub async fn get(&self, url: &str) -> Result<Bytes, String> {
+        let uri: http::Uri = url.parse().map_err(|_| format!("invalid URL `{url}`"))?;
+        let response = self
+            .inner
+            .request(
+                Request::get(uri)
+                    .body(Full::new(Bytes::new()))
+                    .map_err(|e| e.to_string())?,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("{url} answered {status}"))
+        }
+    }
+}
+
+/// The prepared request of a run: the same body every time, so the generator spends its CPU on
+/// sending rather than on building JSON (the gateway generates a fresh event id for each).
+#[derive(Clone)]
+struct Prepared {
+    uri: http::Uri,
+    body: Bytes,
+    auth: Option<http::HeaderValue>,
+}
+
+fn event_json(target: &Target) -> String {
+    let fixed =
+        r#"{"type":"","payload":{"order":12345,"status":"paid","data":""}}"#.len() + target.event_type.len();
+    let pad = "x".repeat(target.payload_bytes.saturating_sub(fixed));
+    format!(
+        r#"{{"type":"{}","payload":{{"order":12345,"status":"paid","data":"{pad}"}}}}"#,
+        target.event_type
+    )
+}
+
+fn prepare(target: &Target, shape: Shape) -> Result<Prepared, LoadError> {
+    let (path, body) = match shape {
+        Shape::Single => (format!("/v1/topics/{}/events", target.topic), event_json(target)),
+        Shape::Batch(n) => {
+            let one = event_json(target);
+            let events = vec![one; n.max(1)].join(",");
+            (
+                format!("/v1/topics/{}/events/batch", target.topic),
+                format!(r#"{{"events":[{events}]}}"#),
+            )
+        }
+    };
+    let url = format!("{}{path}", target.base_url.trim_end_matches('/'));
+    let uri = url.parse().map_err(|_| LoadError::BadUrl(url.clone()))?;
+    let auth = match &target.api_key {
+        Some(key) => Some(
+            http::HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|_| LoadError::BadUrl("the API key is not a valid header value".into()))?,
+        ),
+        None => None,
+    };
+    Ok(Prepared {
+        uri,
+        body: Bytes::from(body),
+        auth,
+    })
+}
+
+/// What one request came to.
+struct Sample {
+    /// HTTP status; 0 when the request failed on the wire.
+    status: u16,
+    latency: Duration,
+    /// `deliveries` from a 202 answer.
+    deliveries: u64,
+}
+
+#[derive(Deserialize)]
+struct AcceptedAnswer {
+    #[serde(default)]
+    deliveries: u64,
+}
+
+async fn send_one(client: &Client, prepared: &Prepared) -> Sample {
+    let mut builder = Request::builder()
+        .method(Method::POST)
+        .uri(prepared.uri.clone())
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(auth) = &prepared.auth {
+        builder = builder.header(header::AUTHORIZATION, auth.clone());
+    }
+    let request = builder
+        .body(Full::new(prepared.body.clone()))
+        .expect("a valid request");
+    let started = Instant::now();
+    let answer = async {
+        let response = client.inner.request(request).await.ok()?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        Some((status, body))
+    }
+    .await;
+    let latency = started.elapsed();
+    match answer {
+        Some((status, body)) => {
+            let deliveries = if status == 202 {
+                serde_json::from_slice::<AcceptedAnswer>(&body).map_or(0, |a| a.deliveries)
+            } else {
+                0
+            };
+            Sample {
+                status,
+                latency,
+                deliveries,
+            }
+        }
+        None => Sample {
+            status: 0,
+            latency,
+            deliveries: 0,
+        },
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 µs … 60 s at 3 significant digits.
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+/// The result of a run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub shape: Shape,
+    pub requests: u64,
+    /// Events in requests answered 202.
+    pub events_accepted: u64,
+    /// Deliveries the gateway said it created (the sum of `deliveries` in 202 answers).
+    pub deliveries: u64,
+    /// Requests answered with anything but 202, or failed on the wire.
+    pub errors: u64,
+    /// Answers by status; 0 stands for a transport failure.
+    pub statuses: BTreeMap<u16, u64>,
+    pub elapsed: Duration,
+    /// Open loop only: requests not started because `max_outstanding` were still unanswered.
+    pub dropped: u64,
+    /// Open loop only: how far the generator fell behind its schedule at worst.
+    pub max_schedule_lag: Duration,
+    /// Latency of every request, in µs.
+    pub latency_us: Histogram<u64>,
+}
+
+impl Report {
+    fn new(shape: Shape) -> Report {
+        Report {
+            shape,
+            requests: 0,
+            events_accepted: 0,
+            deliveries: 0,
+            errors: 0,
+            statuses: BTreeMap::new(),
+            elapsed: Duration::ZERO,
+            dropped: 0,
+            max_schedule_lag: Duration::ZERO,
+            latency_us: new_histogram(),
+        }
+    }
+
+    fn record(&mut self, sample: &Sample) {
+        self.requests += 1;
+        *self.statuses.entry(sample.status).or_default() += 1;
+        if sample.status == 202 {
+            self.events_accepted += self.shape.events_per_request();
+            self.deliveries += sample.deliveries;
+        } else {
+            self.errors += 1;
+        }
+        let _ = self.latency_us.record((sample.latency.as_micros() as u64).max(1));
+    }
+
+    fn merge(&mut self, other: Report) {
+        self.requests += other.requests;
+        self.events_accepted += other.events_accepted;
+        self.deliveries += other.deliveries;
+        self.errors += other.errors;
+        for (status, n) in other.statuses {
+            *self.statuses.entry(status).or_default() += n;
+        }
+        let _ = self.latency_us.add(&other.latency_us);
+    }
+
+    /// Accepted events per second of the run.
+    pub fn events_per_s(&self) -> f64 {
+        self.events_accepted as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The latency at quantile `q` (0.5, 0.99, 0.999).
+    pub fn latency(&self, q: f64) -> Duration {
+        Duration::from_micros(self.latency_us.value_at_quantile(q))
+    }
+
+    /// A one-paragraph human summary.
+    pub fn summary(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let mut text = format!(
+            "{} requests, {} events accepted in {:.2} s: {:.0} events/s ({:.0} requests/s)\n\
+             latency p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms\n\
+             answers: {}",
+            self.requests,
+            self.events_accepted,
+            self.elapsed.as_secs_f64(),
+            self.events_per_s(),
+            self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            ms(self.latency(0.5)),
+            ms(self.latency(0.99)),
+            ms(self.latency(0.999)),
+            self.latency_us.max() as f64 / 1000.0,
+            self.statuses
+                .iter()
+                .map(|(s, n)| if *s == 0 {
+                    format!("transport error ×{n}")
+                } else {
+                    format!("{s} ×{n}")
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        if self.dropped > 0 || !self.max_schedule_lag.is_zero() {
+            text.push_str(&format!(
+                "\nnot started (too many outstanding): {}, worst schedule lag {:.2} ms",
+                self.dropped,
+                ms(self.max_schedule_lag)
+            ));
+        }
+        text
+    }
+}
+
+/// `concurrency` workers send back to back until `stop`.
+pub async fn closed_loop(
+    client: &Client,
+    target: &Target,
+    shape: Shape,
+    concurrency: usize,
+    stop: Stop,
+) -> Result<Report, LoadError> {
+    let prepared = Arc::new(prepare(target, shape)?);
+    let claimed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, prepared, claimed) = (client.clone(), prepared.clone(), claimed.clone());
+        workers.spawn(async move {
+            let mut report = Report::new(shape);
+            loop {
+                let go = match stop {
+                    Stop::After(d) => started.elapsed() < d,
+                    Stop::Requests(n) => claimed.fetch_add(1, Ordering::Relaxed) < n,
+                };
+                if !go {
+                    break;
+                }
+                report.record(&send_one(&client, &prepared).await);
+            }
+            report
+        });
+    }
+    let mut total = Report::new(shape);
+    while let Some(done) = workers.join_next().await {
+        if let Ok(report) = done {
+            total.merge(report);
+        }
+    }
+    total.elapsed = started.elapsed();
+    Ok(total)
+}
+
+/// Starts requests at `rate_per_s` for `duration`, each on its own task, whatever the answers
+/// do. At most `max_outstanding` may be unanswered; beyond that a request is counted as
+/// dropped instead of piling up without bound.
+pub async fn open_loop(
+    client: &Client,
+    target: &Target,
+    shape: Shape,
+    rate_per_s: f64,
+    duration: Duration,
+    max_outstanding: usize,
+) -> Result<Report, LoadError> {
+    let prepared = Arc::new(prepare(target, shape)?);
+    let interval = Duration::from_secs_f64(1.0 / rate_per_s.max(1e-3));
+    let total_requests = (duration.as_secs_f64() * rate_per_s).round() as u64;
+    let mut report = Report::new(shape);
+    let mut in_flight: JoinSet<Sample> = JoinSet::new();
+    let started = tokio::time::Instant::now();
+    for i in 0..total_requests {
+        let due = started + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due).await;
+        report.max_schedule_lag = report.max_schedule_lag.max(due.elapsed());
+        while let Some(done) = in_flight.try_join_next() {
+            if let Ok(sample) = done {
+                report.record(&sample);
+            }
+        }
+        if in_flight.len() >= max_outstanding {
+            report.dropped += 1;
+            continue;
+        }
+        let (client, prepared) = (client.clone(), prepared.clone());
+        in_flight.spawn(async move { send_one(&client, &prepared).await });
+    }
+    while let Some(done) = in_flight.join_next().await {
+        if let Ok(sample) = done {
+            report.record(&sample);
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Microseconds since the Unix epoch, the time base of the sink's stats.
+pub fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Reads a sink's `/stats`.
+pub async fn sink_stats(client: &Client, stats_url: &str) -> Result<Stats, LoadError> {
+    let body = client
+        .get(stats_url)
+        .await
+        .map_err(|reason| LoadError::SinkStats {
+            url: stats_url.to_owned(),
+            reason,
+        })?;
+    serde_json::from_slice(&body).map_err(|e| LoadError::SinkStats {
+        url: stats_url.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Polls a sink until it has answered `expected_ok` requests with a 2xx (counted from its
+/// last reset), then returns its stats; gives up after `within`.
+pub async fn wait_for_sink(
+    client: &Client,
+    stats_url: &str,
+    expected_ok: u64,
+    within: Duration,
+) -> Result<Stats, LoadError> {
+    let deadline = Instant::now() + within;
+    loop {
+        let stats = sink_stats(client, stats_url).await?;
+        if stats.answered_ok >= expected_ok {
+            return Ok(stats);
+        }
+        if Instant::now() > deadline {
+            return Err(LoadError::SinkTimeout {
+                seen: stats.answered_ok,
+                expected: expected_ok,
+                waited: within,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(bytes: usize) -> Target {
+        Target {
+            base_url: "http://127.0.0.1:1/".into(),
+            topic: "orders".into(),
+            api_key: Some("k".into()),
+            event_type: "order.paid".into(),
+            payload_bytes: bytes,
+        }
+    }
+
+    #[test]
+    fn the_payload_has_the_asked_size_and_is_valid_json() {
+        for size in [0, 100, 1024] {
+            let json = event_json(&target(size));
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v["type"], "order.paid");
+            let payload = serde_json::to_string(&v["payload"]).unwrap();
+            if size >= 100 {
+                let whole = json.len() as i64;
+                assert!((whole - size as i64).abs() <= 2, "{size} → {whole}");
+            }
+            assert!(payload.contains("paid"));
+        }
+    }
+
+    #[test]
+    fn a_batch_body_holds_n_events_and_goes_to_the_batch_path() {
+        let p = prepare(&target(50), Shape::Batch(3)).unwrap();
+        assert_eq!(p.uri.path(), "/v1/topics/orders/events/batch");
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(v["events"].as_array().unwrap().len(), 3);
+        assert_eq!(p.auth.unwrap(), "Bearer k");
+    }
+}
