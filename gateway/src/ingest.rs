@@ -29,6 +29,15 @@ pub struct NewEvent {
     pub ordering_key: Option<String>,
 }
 
+/// How a commit went.
+#[derive(Debug, Clone)]
+pub enum Committed {
+    /// Written and handed to the scheduler.
+    Fresh,
+    /// The idempotency key was used before: nothing was written; this is the first answer.
+    Earlier(IdempotencyRecord),
+}
+
 /// Events with their ids and fan-out decided, not yet written.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -116,10 +125,17 @@ impl Ingestor {
         &self,
         prepared: Prepared,
         idempotency: Option<IdempotencyRecord>,
-    ) -> Result<IngestOutcome, StoreError> {
+    ) -> Result<Committed, StoreError> {
         let this = self.clone();
         let task = self.tasks.spawn(async move {
-            let topics: Vec<String> = prepared.items.iter().map(|i| i.event.topic.clone()).collect();
+            // One count per topic and commit, not one metric update per event.
+            let mut per_topic: Vec<(String, u64)> = Vec::new();
+            for item in &prepared.items {
+                match per_topic.iter_mut().find(|(t, _)| *t == item.event.topic) {
+                    Some((_, n)) => *n += 1,
+                    None => per_topic.push((item.event.topic.clone(), 1)),
+                }
+            }
             let outcome = this
                 .store
                 .ingest(IngestBatch {
@@ -128,13 +144,16 @@ impl Ingestor {
                     now: prepared.now,
                 })
                 .await?;
-            if let IngestOutcome::Committed(ready) = &outcome {
-                for topic in topics {
-                    metrics::counter!("hookgate_events_ingested_total", "topic" => topic).increment(1);
+            match outcome {
+                IngestOutcome::Committed(ready) => {
+                    for (topic, n) in per_topic {
+                        metrics::counter!("hookgate_events_ingested_total", "topic" => topic).increment(n);
+                    }
+                    this.scheduler.enqueue(ready);
+                    Ok(Committed::Fresh)
                 }
-                this.scheduler.enqueue(ready.clone());
+                IngestOutcome::AlreadyDone(first) => Ok(Committed::Earlier(first)),
             }
-            Ok(outcome)
         });
         task.await
             .map_err(|e| StoreError::Internal(format!("ingest task failed: {e}")))?

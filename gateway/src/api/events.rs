@@ -17,8 +17,9 @@ use super::auth::Caller;
 use super::idempotency::{self, Begin};
 use super::views::{DeliveryView, EventView};
 use super::{ApiError, AppState};
+use crate::ingest::Committed;
 use crate::ingest::NewEvent;
-use crate::store::{DeliveryFilter, IngestOutcome};
+use crate::store::DeliveryFilter;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -269,14 +270,14 @@ async fn commit<T: Serialize>(
         .as_ref()
         .map(|c| c.record(StatusCode::ACCEPTED, body.clone(), prepared.now));
     match state.ingestor.commit(prepared, record).await? {
-        IngestOutcome::Committed(_) => Ok((
+        Committed::Fresh => Ok((
             StatusCode::ACCEPTED,
             [(header::CONTENT_TYPE, "application/json")],
             body,
         )
             .into_response()),
         // Another process (or a restart) committed this key between our lookup and our write.
-        IngestOutcome::AlreadyDone(first) => Ok(idempotency::replay(&first)),
+        Committed::Earlier(first) => Ok(idempotency::replay(&first)),
     }
 }
 

@@ -11,6 +11,7 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use super::Item;
+use super::meters::EndpointMetrics;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::model::Timestamp;
@@ -46,6 +47,7 @@ pub(super) struct Lane {
     ordered: bool,
     /// For ordered endpoints: keys with a delivery in progress, and the deliveries held behind it.
     busy_keys: HashMap<Arc<str>, VecDeque<Item>>,
+    pub(super) metrics: EndpointMetrics,
 }
 
 impl Lane {
@@ -59,6 +61,7 @@ impl Lane {
             limiter: None,
             ordered: false,
             busy_keys: HashMap::new(),
+            metrics: EndpointMetrics::new(name),
         };
         lane.reconfigure(name, config, clock);
         lane

@@ -13,6 +13,7 @@
 
 pub(crate) mod attempt;
 mod lane;
+mod meters;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -222,6 +223,7 @@ impl Scheduler {
             changes: changes_tx,
             changes_rx: Some(changes_rx),
             publisher: None,
+            runtime: tokio::runtime::Handle::current(),
         };
         let loaded_health = actor.shared.health.read().expect("health lock").clone();
         for (name, h) in loaded_health {
@@ -234,12 +236,7 @@ impl Scheduler {
             if !actor.receives_events(&p.endpoint) {
                 // The pause was committed but not yet the failing of its waiting deliveries
                 // when the gateway stopped: finish that now instead of sending them.
-                let _ = actor.changes.send(StateChange::Finish {
-                    delivery: p.id,
-                    status: DeliveryStatus::Failed,
-                    error: ErrorKind::EndpointPaused.as_str().into(),
-                    now,
-                });
+                actor.fail_unsent(p.id, ErrorKind::EndpointPaused, now);
                 continue;
             }
             let item = Item {
@@ -266,11 +263,30 @@ impl Scheduler {
 
     /// Runs until `shutdown`, then lets in-flight attempts finish for up to `grace` and
     /// flushes every state change to the store.
+    ///
+    /// The actor gets a thread (and a timer) of its own: when a delivery is due, the actor
+    /// must not wait for a worker that is busy with HTTP connections. Attempts and the store
+    /// feeder run on the gateway's runtime.
     pub async fn run(mut self, shutdown: CancellationToken, grace: Duration) {
         let changes_rx = self.actor.changes_rx.take().expect("run once");
         let feeder = tokio::spawn(feed_store(self.actor.store.clone(), changes_rx));
-        self.actor.run(shutdown, grace).await;
-        drop(self.actor);
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        let mut actor = self.actor;
+        let thread = std::thread::Builder::new()
+            .name("hookgate-scheduler".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt.block_on(actor.run(shutdown, grace)),
+                    Err(e) => tracing::error!(error = %e, "cannot start the scheduler's runtime"),
+                }
+                // Dropping the actor closes the state-change stream, which ends the feeder.
+                drop(actor);
+                let _ = done_tx.send(());
+            });
+        if let Err(e) = thread {
+            tracing::error!(error = %e, "cannot start the scheduler thread");
+        }
+        let _ = done_rx.await;
         let _ = feeder.await;
     }
 }
@@ -324,6 +340,8 @@ struct Actor {
     changes: mpsc::UnboundedSender<StateChange>,
     changes_rx: Option<mpsc::UnboundedReceiver<StateChange>>,
     publisher: Option<Publisher>,
+    /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Actor {
@@ -380,12 +398,7 @@ impl Actor {
                 for r in ready {
                     if !self.receives_events(&r.endpoint) {
                         // Fanned out before the endpoint was paused: it never gets this one.
-                        let _ = self.changes.send(StateChange::Finish {
-                            delivery: r.id,
-                            status: DeliveryStatus::Failed,
-                            error: ErrorKind::EndpointPaused.as_str().into(),
-                            now,
-                        });
+                        self.fail_unsent(r.id, ErrorKind::EndpointPaused, now);
                         continue;
                     }
                     let keep_event = self.shared.queued.load(Ordering::Relaxed) < KEEP_EVENTS_UP_TO;
@@ -496,7 +509,8 @@ impl Actor {
         let env = self.env.clone();
         let store = self.store.clone();
         let config = config.clone();
-        self.tasks.spawn(async move {
+        let runtime = self.runtime.clone();
+        self.tasks.spawn_on(async move {
             let event = match &item.event {
                 Some(e) => e.clone(),
                 None => match store.delivery_for_attempt(item.id).await {
@@ -528,7 +542,7 @@ impl Actor {
             )
             .await;
             Finished { item, report: Some(report), skipped: None, event: Some(event) }
-        });
+        }, &runtime);
     }
 
     fn finish(&mut self, done: Finished) {
@@ -552,12 +566,7 @@ impl Actor {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);
             match skipped {
                 Some(Skip::EndpointRemoved) => {
-                    let _ = self.changes.send(StateChange::Finish {
-                        delivery: item.id,
-                        status: DeliveryStatus::Failed,
-                        error: ErrorKind::EndpointRemoved.as_str().into(),
-                        now,
-                    });
+                    self.fail_unsent(item.id, ErrorKind::EndpointRemoved, now);
                 }
                 Some(Skip::Gone) | None => {}
             }
@@ -642,16 +651,14 @@ impl Actor {
                 (failed_status, None, Some(why))
             }
         };
-        if !was_dropped {
-            let kind = outcome.error_kind().map_or("delivered", ErrorKind::as_str);
-            metrics::counter!("hookgate_attempts_total", "endpoint" => item.endpoint.to_string(), "outcome" => kind)
-                .increment(1);
-            metrics::histogram!("hookgate_attempt_duration_seconds", "endpoint" => item.endpoint.to_string())
-                .record(report.duration.as_secs_f64());
-        }
-        if status.is_final() {
-            metrics::counter!("hookgate_deliveries_total", "endpoint" => item.endpoint.to_string(), "status" => status.as_str())
-                .increment(1);
+        if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
+            if !was_dropped {
+                let kind = outcome.error_kind().map_or("delivered", ErrorKind::as_str);
+                lane.metrics.attempt(kind, report.duration);
+            }
+            if status.is_final() {
+                lane.metrics.delivery(status.as_str());
+            }
         }
         match &outcome {
             Outcome::Failed {
@@ -678,7 +685,6 @@ impl Actor {
             status,
             next_attempt_at: next_at,
             last_error,
-            health: None,
         }));
         if let Some((write, effects)) = health_write {
             let _ = self.changes.send(StateChange::Health(write.clone()));
@@ -699,6 +705,16 @@ impl Actor {
                 self.release_key(&item);
             }
         }
+    }
+
+    /// Ends a pending delivery that will not be attempted (its endpoint is paused or gone).
+    fn fail_unsent(&self, delivery: DeliveryId, kind: ErrorKind, now: Timestamp) {
+        let _ = self.changes.send(StateChange::Finish {
+            delivery,
+            status: DeliveryStatus::Failed,
+            error: kind.as_str().into(),
+            now,
+        });
     }
 
     /// An item is done for good: let the next event of its ordering key go.

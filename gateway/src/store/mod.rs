@@ -146,7 +146,6 @@ pub struct AttemptWrite {
     pub status: DeliveryStatus,
     pub next_attempt_at: Option<Timestamp>,
     pub last_error: Option<String>,
-    pub health: Option<HealthWrite>,
 }
 
 /// A change the scheduler makes to deliveries and endpoint health. The scheduler decides in
