@@ -356,6 +356,12 @@ impl Gateway {
         self.addr
     }
 
+    /// True when the scheduler has nothing to do until its clock moves (see
+    /// [`SchedulerHandle::is_idle`]).
+    pub fn scheduler_idle(&self) -> bool {
+        self.reloader.scheduler.is_idle(self.reloader.clock.now())
+    }
+
     /// The config the gateway runs on now.
     pub fn config(&self) -> Arc<Config> {
         self.reloader.config.load_full()

@@ -107,6 +107,13 @@ struct Shared {
     health: RwLock<HashMap<Arc<str>, EndpointHealth>>,
     in_flight: Mutex<HashSet<DeliveryId>>,
     queued: AtomicU64,
+    /// Commands sent and not yet taken by the actor.
+    commands_pending: AtomicU64,
+    /// Set by the actor when it goes to sleep with nothing runnable: no attempt running and
+    /// nothing due that it could start.
+    idle: std::sync::atomic::AtomicBool,
+    /// When the actor will next wake by itself (ms since the epoch; `i64::MAX` for never).
+    next_wake_ms: std::sync::atomic::AtomicI64,
 }
 
 /// The handle the rest of the gateway holds. Cheap to clone.
@@ -120,8 +127,26 @@ impl SchedulerHandle {
     /// Hands committed deliveries to the scheduler. Never blocks.
     pub fn enqueue(&self, ready: Vec<ReadyDelivery>) {
         if !ready.is_empty() {
-            let _ = self.tx.send(Command::Enqueue(ready));
+            self.send(Command::Enqueue(ready));
         }
+    }
+
+    fn send(&self, command: Command) -> bool {
+        self.shared.commands_pending.fetch_add(1, Ordering::SeqCst);
+        let sent = self.tx.send(command).is_ok();
+        if !sent {
+            self.shared.commands_pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        sent
+    }
+
+    /// True when the scheduler has nothing to do until its clock moves: every command is taken,
+    /// no attempt is running, nothing due is waiting. Tests wait for this before they advance
+    /// a manual clock, so that an outcome is planned at the time it happened.
+    pub fn is_idle(&self, now: Timestamp) -> bool {
+        self.shared.commands_pending.load(Ordering::SeqCst) == 0
+            && self.shared.idle.load(Ordering::SeqCst)
+            && self.shared.next_wake_ms.load(Ordering::SeqCst) > now.as_millis()
     }
 
     /// The endpoint's health as the scheduler knows it (active for an endpoint never seen).
@@ -161,13 +186,15 @@ impl SchedulerHandle {
     /// Re-enables an endpoint (→ active, counters reset). Answers the new health.
     pub async fn reenable(&self, endpoint: Arc<str>) -> Option<EndpointHealth> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Command::Reenable { endpoint, reply }).ok()?;
+        if !self.send(Command::Reenable { endpoint, reply }) {
+            return None;
+        }
         rx.await.ok()
     }
 
     /// Tells the scheduler the config changed (endpoints added, changed or removed).
     pub fn reconfigured(&self) {
-        let _ = self.tx.send(Command::Reconfigured);
+        self.send(Command::Reconfigured);
     }
 }
 
@@ -354,6 +381,17 @@ impl Actor {
             let next_due = self.due.peek().map(|Reverse(d)| d.at);
             let next_timer = self.health_timers.peek().map(|Reverse((at, _))| *at);
             let wake = [next_due, next_timer, throttle_wake].into_iter().flatten().min();
+            // Idle: nothing running, and whatever waits in a lane waits for room or the throttle,
+            // which only the clock or a finished attempt can give.
+            let idle = self.tasks.is_empty()
+                && self
+                    .lanes
+                    .values()
+                    .all(|l| l.waiting.is_empty() || throttle_wake.is_some());
+            self.shared
+                .next_wake_ms
+                .store(wake.map_or(i64::MAX, Timestamp::as_millis), Ordering::SeqCst);
+            self.shared.idle.store(idle, Ordering::SeqCst);
             let sleep = match wake {
                 Some(at) => self.clock.sleep_until(at),
                 None => Box::pin(std::future::pending()),
@@ -366,7 +404,11 @@ impl Actor {
                     Err(e) => tracing::error!(error = %e, "an attempt task failed"),
                 },
                 cmd = self.rx.recv() => match cmd {
-                    Some(cmd) => self.command(cmd),
+                    Some(cmd) => {
+                        self.shared.idle.store(false, Ordering::SeqCst);
+                        self.shared.commands_pending.fetch_sub(1, Ordering::SeqCst);
+                        self.command(cmd);
+                    }
                     None => break,
                 },
                 _ = sleep => {}

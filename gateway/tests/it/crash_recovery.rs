@@ -37,7 +37,7 @@ async fn pending_deliveries_survive_a_restart() {
     sink.always(Reply::status(200));
     let gw = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
     // The standard second attempt comes 30 s ± 20 % after the first.
-    gw.advance(Duration::from_secs(37));
+    gw.advance(Duration::from_secs(37)).await;
     sink.wait_for(6, WAIT).await;
     gw.wait_until("/v1/deliveries?status=succeeded", WAIT, |l| {
         l["deliveries"].as_array().unwrap().len() == 3

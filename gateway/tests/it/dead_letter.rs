@@ -60,7 +60,7 @@ async fn ingest_and_run_the_policy(gw: &TestGateway, endpoints: &[&str]) {
         })
         .await;
     }
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
@@ -114,7 +114,7 @@ async fn exhausted_and_permanent_failures_are_dead_with_dead_letter_and_failed_w
         [only_delivery_of(&gw, "dl-permanent").await]
     );
     // A dead delivery is final: the clock moving on changes nothing.
-    gw.advance(Duration::from_secs(3600));
+    gw.advance(Duration::from_secs(3600)).await;
     assert_eq!(listed(&gw, "status=dead").await.len(), 2);
     assert_eq!(unavailable.count(), 4);
 }
@@ -208,7 +208,7 @@ async fn redrive_sends_every_dead_delivery_of_the_endpoint_again() {
         })
         .await;
     }
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     for id in &ids {
         wait_status(&gw, id, "dead").await;
     }
@@ -229,7 +229,7 @@ async fn redrive_sends_every_dead_delivery_of_the_endpoint_again() {
         })
         .await;
     }
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     for id in &ids {
         let d = wait_status(&gw, id, "dead").await;
         assert_eq!(

@@ -125,7 +125,7 @@ async fn five_failed_attempts_degrade_and_one_success_recovers() {
     assert_eq!(e["history"], json!([]));
     assert_eq!(time(&e["failing_since"]), START);
 
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
     ingest_n(&gw, 1).await;
     let e = wait_state(&gw, "e", "degraded").await;
     assert_eq!(e["consecutive_failures"], 5);
@@ -156,7 +156,7 @@ async fn five_failed_attempts_degrade_and_one_success_recovers() {
     wait_failures(&gw, "e", 6).await;
 
     sink.always(Reply::status(200));
-    gw.advance(30 * HOUR);
+    gw.advance(30 * HOUR).await;
     let e = wait_state(&gw, "e", "active").await;
     let recovered_at = START.plus(Duration::from_secs(60)).plus(30 * HOUR);
     assert_eq!(e["consecutive_failures"], 0);
@@ -180,12 +180,12 @@ async fn three_days_and_twenty_failures_pause_then_seven_days_disable_exactly_on
     let e = wait_state(&gw, "e", "degraded").await;
     assert_eq!(time(&e["failing_since"]), START);
     wait_failures(&gw, "e", 10).await;
-    gw.advance(30 * HOUR);
+    gw.advance(30 * HOUR).await;
     wait_failures(&gw, "e", 20).await;
     // 20 failures but only 30 h: still degraded.
     probe.barrier(&gw).await;
     assert_eq!(endpoint(&gw, "e").await["state"], "degraded");
-    gw.advance(30 * HOUR);
+    gw.advance(30 * HOUR).await;
     wait_failures(&gw, "e", 30).await;
     // One more delivery, so that 11 are waiting (next attempts at 90 h) when the pause comes.
     ingest_n(&gw, 1).await;
@@ -196,10 +196,10 @@ async fn three_days_and_twenty_failures_pause_then_seven_days_disable_exactly_on
 
     // The pause comes from the timer at exactly 3 days, with no attempt running.
     let pause_at = START.plus(3 * DAY);
-    gw.clock.set(pause_at.minus(Duration::from_secs(1)));
+    gw.advance_to(pause_at.minus(Duration::from_secs(1))).await;
     probe.barrier(&gw).await;
     assert_eq!(endpoint(&gw, "e").await["state"], "degraded");
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     let e = wait_state(&gw, "e", "paused").await;
     let h = last_history(&e);
     assert_eq!(time(&h["at"]), pause_at);
@@ -247,15 +247,15 @@ async fn three_days_and_twenty_failures_pause_then_seven_days_disable_exactly_on
     }
 
     // The retries that were due at 90 h are not made.
-    gw.clock.set(START.plus(90 * HOUR));
+    gw.advance_to(START.plus(90 * HOUR)).await;
     probe.barrier(&gw).await;
     assert_eq!(sink.count(), sent_before_pause);
 
     let disable_at = START.plus(7 * DAY);
-    gw.clock.set(disable_at.minus(Duration::from_secs(1)));
+    gw.advance_to(disable_at.minus(Duration::from_secs(1))).await;
     probe.barrier(&gw).await;
     assert_eq!(endpoint(&gw, "e").await["state"], "paused");
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     let e = wait_state(&gw, "e", "disabled").await;
     let h = last_history(&e);
     assert_eq!(time(&h["at"]), disable_at);
@@ -332,12 +332,12 @@ async fn changed_health_rules_move_the_timers_of_a_running_gateway() {
     wait_state(&gw, "e", "degraded").await;
 
     // One day instead of three (no attempt runs in between: the retries come at 30 h).
-    gw.advance(HOUR);
+    gw.advance(HOUR).await;
     reload(&gw, &config(&sink, &probe, "health:\n  pause_after: 1d\n"));
-    gw.clock.set(START.plus(DAY).minus(Duration::from_secs(1)));
+    gw.advance_to(START.plus(DAY).minus(Duration::from_secs(1))).await;
     probe.barrier(&gw).await;
     assert_eq!(endpoint(&gw, "e").await["state"], "degraded");
-    gw.clock.set(START.plus(DAY));
+    gw.advance_to(START.plus(DAY)).await;
     let e = wait_state(&gw, "e", "paused").await;
     assert_eq!(
         time(&e["history"].as_array().unwrap().last().unwrap()["at"]),
@@ -350,7 +350,7 @@ async fn changed_health_rules_move_the_timers_of_a_running_gateway() {
     assert_eq!(sink.count(), 20);
 
     // A disable_after lowered below the time already spent applies at once.
-    gw.clock.set(START.plus(2 * DAY));
+    gw.advance_to(START.plus(2 * DAY)).await;
     reload(
         &gw,
         &config(
@@ -376,12 +376,12 @@ async fn rules_lowered_past_the_last_change_do_not_date_a_change_before_it() {
     let gw = TestGateway::start(&config(&sink, &probe, "")).await;
     ingest_n(&gw, 20).await;
     wait_failures(&gw, "e", 20).await;
-    gw.clock.set(START.plus(3 * DAY));
+    gw.advance_to(START.plus(3 * DAY)).await;
     wait_state(&gw, "e", "paused").await;
 
     // Under the new rules the disable was due 12 h after the first failure, before the pause:
     // it happens now, and the history stays in order.
-    gw.advance(HOUR);
+    gw.advance(HOUR).await;
     reload(
         &gw,
         &config(
@@ -410,7 +410,7 @@ async fn a_410_disables_the_endpoint_at_once() {
 
     ingest_n(&gw, 5).await;
     wait_state(&gw, "e", "degraded").await;
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
     let accepted = gw.ingest("t", "order.created", json!({})).await;
     let e = wait_state(&gw, "e", "disabled").await;
     assert_eq!(e["consecutive_failures"], 6);
@@ -429,7 +429,7 @@ async fn a_410_disables_the_endpoint_at_once() {
         l["deliveries"].as_array().unwrap().is_empty()
     })
     .await;
-    gw.advance(30 * HOUR);
+    gw.advance(30 * HOUR).await;
     probe.barrier(&gw).await;
     assert_eq!(sink.count(), 6);
     let accepted = gw.ingest("t", "order.created", json!({})).await;
@@ -454,9 +454,9 @@ async fn every_state_change_is_published_on_the_operator_topic() {
     ingest_n(&gw, 20).await;
     wait_failures(&gw, "e", 20).await;
     pager.wait_for(1, WAIT).await;
-    gw.advance(3 * DAY);
+    gw.advance(3 * DAY).await;
     pager.wait_for(2, WAIT).await;
-    gw.advance(4 * DAY);
+    gw.advance(4 * DAY).await;
     pager.wait_for(3, WAIT).await;
     let (status, _) = gw.post("/v1/endpoints/e/reenable", json!({})).await;
     assert_eq!(status, 200);
@@ -465,7 +465,7 @@ async fn every_state_change_is_published_on_the_operator_topic() {
     ingest_n(&gw, 5).await;
     pager.wait_for(5, WAIT).await;
     sink.always(Reply::status(200));
-    gw.advance(30 * HOUR);
+    gw.advance(30 * HOUR).await;
     let got = pager.wait_for(6, WAIT).await;
 
     let payloads: Vec<Value> = got.iter().map(|r| r.json()).collect();

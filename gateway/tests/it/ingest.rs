@@ -190,7 +190,7 @@ async fn the_event_and_delivery_log_show_what_happened() {
         hookgate::model::Timestamp::parse_rfc3339(delivery["next_attempt_at"].as_str().unwrap()).unwrap();
     assert_eq!(next, gw.now().plus(Duration::from_secs(10)));
 
-    gw.advance(Duration::from_secs(10));
+    gw.advance(Duration::from_secs(10)).await;
     sink.wait_for(2, WAIT).await;
     let dlv = delivery["id"].as_str().unwrap();
     let one = gw

@@ -39,7 +39,7 @@ async fn metrics_move_with_traffic() {
             .any(|d| d["attempt_count"] == 1)
     })
     .await;
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     sink.wait_for(4, WAIT).await;
     gw.wait_until("/v1/deliveries?status=succeeded", WAIT, |l| {
         l["deliveries"].as_array().unwrap().len() == 3
@@ -226,7 +226,7 @@ async fn secrets_and_api_keys_never_reach_the_logs_or_the_api() {
             l["deliveries"][0]["attempt_count"] == n
         })
         .await;
-        gw.advance(Duration::from_secs(1));
+        gw.advance(Duration::from_secs(1)).await;
     }
     sink.wait_for(3, WAIT).await;
     // A bad key, a bad config reload, a test call: all the places a secret could slip out.

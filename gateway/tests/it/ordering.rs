@@ -47,7 +47,7 @@ async fn an_ordered_endpoint_holds_a_key_until_its_head_is_delivered() {
     first.sort();
     assert_eq!(first, vec![1, 3, 4]);
     // …but event 2 waits behind event 1's retry.
-    gw.advance(Duration::from_secs(10));
+    gw.advance(Duration::from_secs(10)).await;
     sink.wait_for(5, WAIT).await;
     let order = ns(&sink);
     let pos = |n: u64| order.iter().rposition(|x| *x == n).unwrap();
@@ -117,7 +117,7 @@ async fn order_holds_across_a_restart() {
     sink.always(Reply::status(200));
     let gw = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
     // After the restart, event 2 (due now) must still wait for event 1 (due in a minute).
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
     sink.wait_for(3, WAIT).await;
     gw.wait_until("/v1/deliveries?status=succeeded", WAIT, |l| {
         l["deliveries"].as_array().unwrap().len() == 2

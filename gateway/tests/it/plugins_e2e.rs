@@ -141,7 +141,7 @@ async fn a_hostile_plugin_fails_only_its_own_attempts_while_others_keep_deliveri
     }
     assert_eq!(bad.count(), 0);
     // …and they are retried by policy, failing the same way, while the gateway keeps serving.
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     for fixture in ["loop-forever", "memory-bomb", "trap", "huge-output"] {
         gw.wait_until(
             &format!("/v1/deliveries?endpoint={fixture}&status=failed&limit=100"),
@@ -192,7 +192,7 @@ async fn a_missing_plugin_fails_attempts_until_it_is_dropped_into_the_folder() {
         p["plugins"].as_array().is_some_and(|l| l.len() == 1)
     })
     .await;
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
     let r = &sink.wait_for(1, WAIT).await[0];
     assert_eq!(r.json()["specversion"], "1.0");
 }

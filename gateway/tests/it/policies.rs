@@ -199,7 +199,7 @@ async fn the_gateway_retries_the_seed_policy_exactly_as_its_preview_says() {
             n + 1
         );
         scheduled += 1;
-        gw.clock.set(time(&d["next_attempt_at"]));
+        gw.advance_to(time(&d["next_attempt_at"])).await;
     };
     // No-delay retries run at once, so they are never seen waiting; every other one is.
     assert_eq!(scheduled, 47);
@@ -388,7 +388,7 @@ endpoints:
     }
     // What was scheduled is attempted: the second attempt happens 10 s later, and the others
     // stay as they were.
-    gw.advance(Duration::from_secs(10));
+    gw.advance(Duration::from_secs(10)).await;
     for (endpoint, expect, id) in ids {
         let d = if expect == Expect::Retried {
             gw.wait_until(&format!("/v1/deliveries/{id}"), WAIT, |d| d["status"] == "failed")
@@ -507,7 +507,7 @@ async fn max_per_second_spreads_deliveries_at_the_rate_without_slowing_other_end
     let mut per_second = Vec::new();
     for second in 0..5 {
         if second > 0 {
-            gw.advance(Duration::from_secs(1));
+            gw.advance(Duration::from_secs(1)).await;
         }
         // A barrier: an event only `fast` receives is dispatched at this simulated time, in the
         // same pass as anything the throttle lets through, so once it has arrived the set of
@@ -565,7 +565,7 @@ endpoints:
     let mut barriers = 0;
     for step in 0..=25u64 {
         if step > 0 {
-            gw.advance(Duration::from_millis(100));
+            gw.advance(Duration::from_millis(100)).await;
         }
         gw.ingest("barrier", "tick", json!({})).await;
         barriers += 1;

@@ -121,7 +121,7 @@ async fn redeliver_starts_a_new_round_with_a_fresh_attempt_counter() {
     assert_eq!(status, 409, "a pending delivery is attempted by itself: {body}");
     assert_eq!(body["error"]["code"], "delivery_pending");
 
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     let d = gw.wait_until(&path, WAIT, |d| d["status"] == "failed").await;
     assert_eq!(d["attempt_count"], 2);
 
@@ -162,11 +162,14 @@ async fn redeliver_is_refused_while_the_endpoint_is_paused() {
         .as_str()
         .unwrap()
         .to_owned();
-    gw.advance(Duration::from_secs(1));
+    // The first attempt's failure is planned before the clock moves.
+    gw.wait_until(&format!("/v1/deliveries/{id}"), WAIT, |d| d["attempt_count"] == 1)
+        .await;
+    gw.advance(Duration::from_secs(1)).await;
     gw.wait_until(&format!("/v1/deliveries/{id}"), WAIT, |d| d["status"] == "failed")
         .await;
     wait_failures(&gw, "e", 2).await;
-    gw.advance(Duration::from_secs(3600));
+    gw.advance(Duration::from_secs(3600)).await;
     wait_state(&gw, "e", "paused").await;
 
     let (status, body) = gw
@@ -216,7 +219,7 @@ async fn redrive_sends_dead_deliveries_again_each_from_attempt_one() {
             == 3
     })
     .await;
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     gw.wait_until("/v1/deliveries?endpoint=e&status=dead", WAIT, |l| {
         l["deliveries"].as_array().unwrap().len() == 3
     })

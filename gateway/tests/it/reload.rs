@@ -102,7 +102,7 @@ async fn a_changed_policy_applies_to_the_next_planning_step() {
     );
     gw.write_config(&yaml("10s"));
     gw.reloader().reload_from_file();
-    gw.advance(Duration::from_secs(3600));
+    gw.advance(Duration::from_secs(3600)).await;
     let d = gw
         .wait_until("/v1/deliveries", WAIT, |l| {
             l["deliveries"][0]["attempt_count"] == 2

@@ -53,21 +53,21 @@ async fn reenable_with_replay_since_sends_exactly_the_events_missed_while_paused
 
     let before_pause = gw.ingest("t", "order.created", json!({"n": 0})).await;
     wait_state(&gw, "e", "degraded").await;
-    gw.advance(Duration::from_secs(3600));
+    gw.advance(Duration::from_secs(3600)).await;
     let e = wait_state(&gw, "e", "paused").await;
     let paused_at = time(&e["history"].as_array().unwrap().last().unwrap()["at"]);
     assert_eq!(paused_at, START.plus(Duration::from_secs(3600)));
 
     let mut missed = HashSet::new();
     for event_type in ["order.paid", "user.created", "order.shipped"] {
-        gw.advance(Duration::from_secs(60));
+        gw.advance(Duration::from_secs(60)).await;
         let accepted = gw.ingest("t", event_type, json!({"type": event_type})).await;
         assert_eq!(accepted["deliveries"], 0);
         if event_type.starts_with("order.") {
             missed.insert(accepted["id"].as_str().unwrap().to_owned());
         }
     }
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
 
     // A replay needs an active endpoint.
     let (status, body, _) = replay(&gw, Some("k"), json!({"since": paused_at.to_rfc3339()})).await;
@@ -130,7 +130,7 @@ async fn an_event_missed_in_the_same_millisecond_as_the_reenable_is_replayed() {
     let gw = TestGateway::start(&config(&sink, &probe, QUICK_PAUSE)).await;
     gw.ingest("t", "order.created", json!({})).await;
     wait_state(&gw, "e", "degraded").await;
-    gw.advance(Duration::from_secs(3600));
+    gw.advance(Duration::from_secs(3600)).await;
     let e = wait_state(&gw, "e", "paused").await;
     let paused_at = time(&e["history"].as_array().unwrap().last().unwrap()["at"]);
 
@@ -158,7 +158,7 @@ async fn three_delivered_events() -> (TestGateway, Sink, Probe) {
         gw.ingest("t", "order.created", json!({"n": n})).await;
     }
     sink.wait_for(3, WAIT).await;
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
     (gw, sink, probe)
 }
 
@@ -213,7 +213,7 @@ async fn a_replay_window_takes_the_endpoints_matching_events_from_since_until_un
     for event_type in ["order.a", "user.b", "order.c", "order.d"] {
         let accepted = gw.ingest("t", event_type, json!({})).await;
         ids.push(accepted["id"].as_str().unwrap().to_owned());
-        gw.advance(Duration::from_secs(60));
+        gw.advance(Duration::from_secs(60)).await;
     }
     sink.wait_for(3, WAIT).await;
 
@@ -316,7 +316,7 @@ async fn events_only_a_replay_sends(
                 .iter()
                 .map(|id| id.as_str().unwrap().to_owned()),
         );
-        gw.advance(gap);
+        gw.advance(gap).await;
     }
     println!(
         "ingested {} events in {} batches in {:?}",
@@ -326,7 +326,7 @@ async fn events_only_a_replay_sends(
     );
     gw.stop().await;
     let gw = TestGateway::start_in(gw.dir.clone(), &config(sink, probe, ""), gw.clock.clone()).await;
-    gw.advance(Duration::from_secs(60));
+    gw.advance(Duration::from_secs(60)).await;
     (gw, all)
 }
 
@@ -377,14 +377,14 @@ async fn more_than_10000_events_in_one_millisecond_are_replayed_together() {
         Duration::ZERO,
     )
     .await;
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     let mut all = all;
     for n in 0..5 {
         let accepted = gw.ingest("t", "order.created", json!({"n": n})).await;
         all.insert(accepted["id"].as_str().unwrap().to_owned());
     }
     sink.wait_for(5, WAIT).await;
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
 
     let (status, first, _) = replay(&gw, Some("crowded-1"), json!({"since": START.to_rfc3339()})).await;
     assert_eq!(status, 202, "{first}");

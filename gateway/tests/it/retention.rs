@@ -112,13 +112,13 @@ async fn idempotency_keys_are_forgotten_after_24_hours() {
     assert_eq!(status, 202);
     good.wait_for(1, WAIT).await;
 
-    gw.advance(23 * HOUR);
+    gw.advance(23 * HOUR).await;
     let (status, again, replayed) = post_with_key(&gw, "k-1", &body).await;
     assert_eq!((status, replayed), (202, true));
     assert_eq!(again, first);
 
     // Past 24 h the purge (every simulated minute) drops the key: the same request is new.
-    gw.advance(HOUR + MINUTE);
+    gw.advance(HOUR + MINUTE).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     let fresh = loop {
         let (status, answer, replayed) = post_with_key(&gw, "k-1", &body).await;
@@ -156,7 +156,7 @@ async fn after_30_days_finished_deliveries_and_their_events_go_and_pending_ones_
     .await;
 
     // Finished ten days later: kept until day 40.
-    gw.advance(10 * DAY);
+    gw.advance(10 * DAY).await;
     let recent = gw.ingest("t", "order.created", json!({"n": "recent"})).await;
     let recent_id = recent["id"].as_str().unwrap().to_owned();
     finished(&gw, &recent_id).await;
@@ -164,7 +164,7 @@ async fn after_30_days_finished_deliveries_and_their_events_go_and_pending_ones_
 
     // One minute short of 30 days nothing goes.
     mark(&gw, "mark-1").await;
-    gw.clock.set(START.plus(30 * DAY).minus(MINUTE));
+    gw.advance_to(START.plus(30 * DAY).minus(MINUTE)).await;
     wait_purge_ran(&gw, "mark-1").await;
     let (status, _) = gw.get(&format!("/v1/events/{old_id}")).await;
     assert_eq!(status, 200);
@@ -175,7 +175,7 @@ async fn after_30_days_finished_deliveries_and_their_events_go_and_pending_ones_
         assert_eq!(status, 200, "{d}");
     }
 
-    gw.clock.set(START.plus(30 * DAY).plus(MINUTE));
+    gw.advance_to(START.plus(30 * DAY).plus(MINUTE)).await;
     wait_gone(&gw, &format!("/v1/events/{old_id}")).await;
     for d in &old_deliveries {
         let (status, _) = gw
@@ -193,7 +193,7 @@ async fn after_30_days_finished_deliveries_and_their_events_go_and_pending_ones_
     assert_eq!(deliveries_of(&gw, "ok").await.len(), 1);
 
     // Ten days later the purge, still running every minute, takes the recent ones too.
-    gw.clock.set(START.plus(40 * DAY).plus(MINUTE));
+    gw.advance_to(START.plus(40 * DAY).plus(MINUTE)).await;
     wait_gone(&gw, &format!("/v1/events/{recent_id}")).await;
     assert!(deliveries_of(&gw, "ok").await.is_empty());
     assert!(deliveries_of(&gw, "bad").await.is_empty());

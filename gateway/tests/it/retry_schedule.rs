@@ -60,7 +60,7 @@ async fn the_standard_schedule_waits_within_jitter_and_ends_at_the_72_hour_deadl
                 attempts + 1
             );
         }
-        gw.clock.set(next);
+        gw.advance_to(next).await;
         sink.wait_for(attempts as usize + 1, WAIT).await;
         last_attempt_at = next;
     }
@@ -138,7 +138,7 @@ async fn retry_after_as_an_http_date_is_honoured_and_capped_at_24_hours() {
     let d = after_attempts(&gw, &id, 1).await;
     let next = time(&d["next_attempt_at"]);
     assert_eq!(next, gw_start.plus(Duration::from_secs(3600)));
-    gw.clock.set(next);
+    gw.advance_to(next).await;
     let d = after_attempts(&gw, &id, 2).await;
     assert_eq!(
         time(&d["next_attempt_at"]),
@@ -160,10 +160,10 @@ async fn a_user_schedule_policy_sets_the_waits() {
     let id = first_delivery(&gw).await;
     let d = after_attempts(&gw, &id, 1).await;
     assert_eq!(time(&d["next_attempt_at"]), t0.plus(Duration::from_secs(1)));
-    gw.advance(Duration::from_secs(1));
+    gw.advance(Duration::from_secs(1)).await;
     let d = after_attempts(&gw, &id, 2).await;
     assert_eq!(time(&d["next_attempt_at"]), t0.plus(Duration::from_secs(6)));
-    gw.advance(Duration::from_secs(5));
+    gw.advance(Duration::from_secs(5)).await;
     let d = gw
         .wait_until(&format!("/v1/deliveries/{id}"), WAIT, |d| d["status"] == "failed")
         .await;

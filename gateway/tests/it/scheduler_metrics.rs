@@ -40,15 +40,15 @@ async fn a_retry_started_late_is_recorded_with_its_lateness() {
         v["deliveries"][0]["attempt_count"] == 1
     })
     .await;
-    // Other tests of this binary share the process-wide recorder, so compare the bucket that
-    // holds 1–5 s before and after rather than absolute counts.
+    // Other tests of this binary share the process-wide recorder, so compare the count of
+    // attempts at least a second late before and after rather than absolute counts.
     let between =
-        async |gw: &TestGateway| lateness_bucket(gw, "5.0005").await - lateness_bucket(gw, "1.0005").await;
+        async |gw: &TestGateway| lateness_bucket(gw, "+Inf").await - lateness_bucket(gw, "1.0005").await;
     let before = between(&gw).await;
 
     // The retry is planned 10 s after the first attempt; the clock jumps 13 s at once, so
     // the scheduler starts it 3 s late.
-    gw.advance(Duration::from_secs(13));
+    gw.advance(Duration::from_secs(13)).await;
     sink.wait_for(2, Duration::from_secs(10)).await;
     let after = between(&gw).await;
     assert!(after > before, "lateness of 3 s not recorded: {before} → {after}");

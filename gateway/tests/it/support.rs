@@ -233,9 +233,31 @@ impl TestGateway {
         self.clock.now()
     }
 
-    /// Moves the gateway's clock forward; sleepers due by then wake.
-    pub fn advance(&self, by: Duration) {
+    /// Moves the gateway's clock forward; sleepers due by then wake. First waits until the
+    /// scheduler has settled, so that an attempt running now is planned at the time it ends,
+    /// not after the jump.
+    pub async fn advance(&self, by: Duration) {
+        self.settle().await;
         self.clock.advance(by);
+    }
+
+    /// Like [`TestGateway::advance`], to a time.
+    pub async fn advance_to(&self, to: Timestamp) {
+        self.settle().await;
+        self.clock.set(to);
+    }
+
+    /// Waits (bounded) until the scheduler has nothing to do at the current time.
+    pub async fn settle(&self) {
+        let gateway = self.gateway.as_ref().expect("running");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !gateway.scheduler_idle() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the scheduler did not settle"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
