@@ -69,7 +69,9 @@ pub(crate) struct BatchAccepted {
     deliveries: usize,
 }
 
-/// Reads the body, refusing (413) anything over the configured limit without buffering it.
+/// Reads the body, refusing (413) anything over the configured limit without buffering it, and
+/// (408) a body that does not arrive within `server.body_timeout` (the server puts every
+/// request body under that deadline).
 pub(super) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
@@ -88,6 +90,11 @@ pub(super) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> 
     match http_body_util::Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) if crate::server::is_body_timeout(&*e) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            "the body was not received in time; send it faster or in a smaller request",
+        )),
         Err(e) => Err(ApiError::bad_request(
             "unreadable_body",
             format!("could not read the body: {e}"),
@@ -155,6 +162,57 @@ fn json_depth(text: &[u8]) -> usize {
         }
     }
     deepest
+}
+
+/// An ingestion body's form: `POST .../events` (one event) or `POST .../events/batch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyForm {
+    /// `{"type": ..., "payload": ...}`
+    One,
+    /// `{"events": [...]}`: 1 to 1000 events with distinct ids, accepted or refused together.
+    Batch,
+}
+
+/// Parses a structured (JSON) ingestion body into the events it asks to ingest into `topic`,
+/// with every check the API makes on the body: shape, field lengths, nesting depth, batch size
+/// and duplicate ids. Pure — no I/O, no clock — so the handlers and the fuzzer share it.
+pub fn parse_body(topic: &str, form: BodyForm, body: &[u8]) -> Result<Vec<NewEvent>, ApiError> {
+    match form {
+        BodyForm::One => {
+            let parsed: EventIn = serde_json::from_slice(body).map_err(bad_json)?;
+            Ok(vec![structured(topic, parsed)?])
+        }
+        BodyForm::Batch => {
+            let batch: BatchIn = serde_json::from_slice(body).map_err(bad_json)?;
+            if batch.events.is_empty() {
+                return Err(ApiError::bad_request(
+                    "empty_batch",
+                    "a batch needs at least one event",
+                ));
+            }
+            if batch.events.len() > MAX_BATCH {
+                return Err(ApiError::bad_request(
+                    "batch_too_large",
+                    format!("{} events; a batch holds at most {MAX_BATCH}", batch.events.len()),
+                ));
+            }
+            let mut events = Vec::with_capacity(batch.events.len());
+            let mut seen = std::collections::HashSet::new();
+            for e in batch.events {
+                let event = structured(topic, e)?;
+                if let Some(id) = &event.id
+                    && !seen.insert(id.clone())
+                {
+                    return Err(ApiError::conflict(
+                        "duplicate_event",
+                        format!("event id `{id}` appears twice in the batch"),
+                    ));
+                }
+                events.push(event);
+            }
+            Ok(events)
+        }
+    }
 }
 
 fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
@@ -297,6 +355,7 @@ async fn commit<T: Serialize>(
         (status = 202, description = "Committed", body = Accepted),
         (status = 400, description = "Malformed", body = super::error::ErrorBody),
         (status = 404, description = "Unknown topic", body = super::error::ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = super::error::ErrorBody),
         (status = 409, description = "Duplicate id or idempotency key in use", body = super::error::ErrorBody),
         (status = 413, description = "Body over the limit", body = super::error::ErrorBody),
         (status = 422, description = "Idempotency key reused with another body", body = super::error::ErrorBody),
@@ -311,9 +370,8 @@ async fn ingest_one(
 ) -> Result<Response, ApiError> {
     let req = begin_ingest(&state, topic, request).await?;
     let content_type = header_text(&req.headers, "content-type")?;
-    let event = if is_json(content_type) {
-        let parsed: EventIn = serde_json::from_slice(&req.body).map_err(bad_json)?;
-        structured(&req.topic, parsed)?
+    let events = if is_json(content_type) {
+        parse_body(&req.topic, BodyForm::One, &req.body)?
     } else {
         let event_type = header_text(&req.headers, "event-type")?.ok_or_else(|| {
             ApiError::bad_request(
@@ -330,16 +388,16 @@ async fn ingest_one(
         if let Some(key) = ordering_key {
             valid_text("Ordering-Key", key)?;
         }
-        NewEvent {
+        vec![NewEvent {
             id: id.map(str::to_owned),
             topic: req.topic.clone(),
             event_type: event_type.to_owned(),
             content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
             payload: req.body.clone(),
             ordering_key: ordering_key.map(str::to_owned),
-        }
+        }]
     };
-    commit(&state, &req, vec![event], |p| Accepted {
+    commit(&state, &req, events, |p| Accepted {
         id: p.items[0].event.id.clone(),
         deliveries: p.delivery_count(),
     })
@@ -358,6 +416,7 @@ async fn ingest_one(
         (status = 202, description = "Committed", body = BatchAccepted),
         (status = 400, description = "Malformed or too many events", body = super::error::ErrorBody),
         (status = 404, description = "Unknown topic", body = super::error::ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = super::error::ErrorBody),
         (status = 409, description = "A duplicate id", body = super::error::ErrorBody),
         (status = 413, description = "Body over the limit", body = super::error::ErrorBody),
         (status = 503, description = "Overloaded or storage unavailable", body = super::error::ErrorBody),
@@ -375,33 +434,7 @@ async fn ingest_batch(
             "a batch is JSON: {\"events\": [...]}",
         ));
     }
-    let batch: BatchIn = serde_json::from_slice(&req.body).map_err(bad_json)?;
-    if batch.events.is_empty() {
-        return Err(ApiError::bad_request(
-            "empty_batch",
-            "a batch needs at least one event",
-        ));
-    }
-    if batch.events.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(
-            "batch_too_large",
-            format!("{} events; a batch holds at most {MAX_BATCH}", batch.events.len()),
-        ));
-    }
-    let mut events = Vec::with_capacity(batch.events.len());
-    let mut seen = std::collections::HashSet::new();
-    for e in batch.events {
-        let event = structured(&req.topic, e)?;
-        if let Some(id) = &event.id
-            && !seen.insert(id.clone())
-        {
-            return Err(ApiError::conflict(
-                "duplicate_event",
-                format!("event id `{id}` appears twice in the batch"),
-            ));
-        }
-        events.push(event);
-    }
+    let events = parse_body(&req.topic, BodyForm::Batch, &req.body)?;
     commit(&state, &req, events, |p| BatchAccepted {
         ids: p.ids(),
         deliveries: p.delivery_count(),

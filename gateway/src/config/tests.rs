@@ -206,3 +206,29 @@ fn the_json_schema_describes_endpoints() {
     assert!(schema.contains("max_per_second"), "{schema}");
     assert!(schema.contains("dead_letter"));
 }
+
+#[test]
+fn storage_cap_and_client_timeouts_have_defaults_and_are_checked() {
+    let c = load("").unwrap();
+    assert_eq!(c.storage.max_size_bytes, None);
+    assert_eq!(c.server.header_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.body_timeout, Duration::from_secs(30));
+
+    let c =
+        load("server:\n  header_timeout: 2s\n  body_timeout: 500ms\nstorage:\n  max_size: 64MiB\n").unwrap();
+    assert_eq!(c.storage.max_size_bytes, Some(64 << 20));
+    assert_eq!(c.server.header_timeout, Duration::from_secs(2));
+    assert_eq!(c.server.body_timeout, Duration::from_millis(500));
+
+    let found = problems("server:\n  header_timeout: 0s\n  body_timeout: soon\nstorage:\n  max_size: 4KiB\n");
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(
+        found[0].contains("server.header_timeout: must be more than 0"),
+        "{found:?}"
+    );
+    assert!(found[1].contains("server.body_timeout"), "{found:?}");
+    assert!(
+        found[2].contains("storage.max_size: `4KiB` is below the minimum"),
+        "{found:?}"
+    );
+}
