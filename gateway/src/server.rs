@@ -104,6 +104,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, 
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(20));
 
+    let builder = Arc::new(builder);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -134,12 +135,12 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, 
         let Some(stream) = stream else { break };
         let _ = stream.set_nodelay(true);
         let service = request_service(router.clone(), limits.body_timeout);
-        let connection = graceful.watch(
-            builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned(),
-        );
+        let (builder, watcher, header_timeout) = (builder.clone(), graceful.watcher(), limits.header_timeout);
         connections.spawn(async move {
+            if !protocol_known_in_time(&stream, header_timeout).await {
+                return;
+            }
+            let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
             if let Err(e) = connection.await {
                 // Clients hanging up, header timeouts and malformed requests end up here.
                 tracing::debug!(error = %e, "API connection ended with an error");
@@ -158,6 +159,36 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, 
         }
     }
     connections.shutdown().await;
+}
+
+/// The HTTP/2 connection preface; its first bytes are how HTTP/1 and HTTP/2 are told apart.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Waits until the client has sent enough to tell HTTP/1 from HTTP/2, for at most `within`.
+///
+/// The protocol detection reads before HTTP/1's header timer starts, so without this a client
+/// that connects and sends nothing (or a few bytes of the HTTP/2 preface) would hold its
+/// connection slot forever. False: the client was too slow, or hung up.
+async fn protocol_known_in_time(stream: &tokio::net::TcpStream, within: Duration) -> bool {
+    let decided = async {
+        let mut seen = [0u8; 24];
+        loop {
+            let n = stream.peek(&mut seen).await?;
+            if n == 0 {
+                return Ok(false);
+            }
+            if n == seen.len() || seen[..n] != H2_PREFACE[..n] {
+                return Ok(true);
+            }
+            // A partial preface (rare: clients send it whole). Peeking does not consume, so
+            // readiness stays set; look again shortly instead of spinning.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    matches!(
+        tokio::time::timeout(within, decided).await,
+        Ok(Ok::<bool, std::io::Error>(true))
+    )
 }
 
 /// Errors that concern one connection only; the listener is fine.

@@ -6,11 +6,15 @@
 mod support;
 
 mod auth;
+mod backpressure;
 mod bad_input;
 mod crash_recovery;
+mod disk_faults;
 mod idempotency;
 mod ingest;
 mod ops;
 mod ops_cli;
 mod reload;
 mod retry_schedule;
+mod slow_clients;
+mod ssrf;
