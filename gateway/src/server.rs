@@ -136,8 +136,14 @@ pub async fn serve(listener: TcpListener, router: Router, limits: ServerLimits, 
         let _ = stream.set_nodelay(true);
         let service = request_service(router.clone(), limits.body_timeout);
         let (builder, watcher, header_timeout) = (builder.clone(), graceful.watcher(), limits.header_timeout);
+        let stopping = shutdown.clone();
         connections.spawn(async move {
-            if !protocol_known_in_time(&stream, header_timeout).await {
+            // Not yet watched by `graceful`: a silent client must not hold up shutdown either.
+            let known = tokio::select! {
+                known = protocol_known_in_time(&stream, header_timeout) => known,
+                _ = stopping.cancelled() => false,
+            };
+            if !known {
                 return;
             }
             let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));

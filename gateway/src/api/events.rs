@@ -500,7 +500,79 @@ async fn get_event(
 
 #[cfg(test)]
 mod tests {
-    use super::json_depth;
+    use super::{BodyForm, json_depth, parse_body};
+
+    fn refusal(form: BodyForm, body: &str) -> (u16, &'static str) {
+        let e = parse_body("t", form, body.as_bytes()).unwrap_err();
+        (e.status.as_u16(), e.code)
+    }
+
+    #[test]
+    fn parse_body_yields_events_or_a_4xx_with_a_code() {
+        let one = parse_body(
+            "t",
+            BodyForm::One,
+            br#"{"type": "a.b", "payload": {"x": [1, "]"]}, "id": "e1", "ordering_key": "k"}"#,
+        )
+        .unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            (
+                one[0].topic.as_str(),
+                one[0].event_type.as_str(),
+                one[0].id.as_deref()
+            ),
+            ("t", "a.b", Some("e1"))
+        );
+        assert_eq!(
+            &one[0].payload[..],
+            br#"{"x": [1, "]"]}"#,
+            "the payload byte for byte"
+        );
+
+        let batch = parse_body(
+            "t",
+            BodyForm::Batch,
+            br#"{"events": [{"type": "a", "payload": 1}, {"type": "b", "payload": null}]}"#,
+        )
+        .unwrap();
+        assert_eq!(batch.len(), 2);
+
+        assert_eq!(
+            refusal(BodyForm::One, r#"{"type": "a"}"#),
+            (400, "malformed_body")
+        );
+        assert_eq!(
+            refusal(BodyForm::One, r#"{"type": "", "payload": 1}"#),
+            (400, "invalid_field")
+        );
+        assert_eq!(
+            refusal(BodyForm::One, r#"{"type": "a", "payload": 1, "id": "a b"}"#),
+            (400, "invalid_field")
+        );
+        assert_eq!(
+            refusal(BodyForm::Batch, r#"{"events": []}"#),
+            (400, "empty_batch")
+        );
+        assert_eq!(
+            refusal(
+                BodyForm::Batch,
+                r#"{"events": [{"type": "a", "payload": 1, "id": "x"}, {"type": "a", "payload": 2, "id": "x"}]}"#
+            ),
+            (409, "duplicate_event")
+        );
+        let too_many = format!(
+            r#"{{"events": [{}]}}"#,
+            vec![r#"{"type": "a", "payload": 1}"#; 1001].join(",")
+        );
+        assert_eq!(refusal(BodyForm::Batch, &too_many), (400, "batch_too_large"));
+        let deep = format!(
+            r#"{{"type": "a", "payload": {}{}}}"#,
+            "[".repeat(65),
+            "]".repeat(65)
+        );
+        assert_eq!(refusal(BodyForm::One, &deep), (400, "payload_too_deep"));
+    }
 
     #[test]
     fn json_depth_counts_nesting_and_skips_strings() {

@@ -232,3 +232,33 @@ fn storage_cap_and_client_timeouts_have_defaults_and_are_checked() {
         "{found:?}"
     );
 }
+
+/// Found while writing the `config_load` fuzz target (`fuzz/`): block sequences nest one level
+/// per `- `, so a short file can nest a hundred thousand deep; converting (and dropping) such a
+/// tree recursed until the stack overflowed and killed the process — `config check`, a reload
+/// or the start. Deep nesting is now a problem on its line, found before any tree is built.
+#[test]
+fn deeply_nested_yaml_is_a_problem_not_a_crash() {
+    let deep_block = format!(
+        "endpoints:\n  e:\n    headers:\n      {}x\n",
+        "- ".repeat(100_000)
+    );
+    let deep_flow = format!("topics: {}\n", "[".repeat(100_000));
+    let deep_mixed = format!("policies:\n  p:\n    sns: {}\n", "- {a: ".repeat(20_000));
+    for text in [&deep_block, &deep_flow, &deep_mixed] {
+        let found = problems(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("test.yaml:"), "{found:?}");
+    }
+    let found = problems(&deep_block);
+    assert!(found[0].contains("nested deeper than 64 levels"), "{found:?}");
+
+    // 64 levels are fine (the plugin config is free-form).
+    let ok = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: https://x.example/\n    topics: [t]\n    \
+         transform: {{ plugin: p, config: {{ deep: {}1{} }} }}\n",
+        "[".repeat(58),
+        "]".repeat(58)
+    );
+    load(&ok).unwrap();
+}
