@@ -215,12 +215,80 @@ pub fn parse_body(topic: &str, form: BodyForm, body: &[u8]) -> Result<Vec<NewEve
     }
 }
 
+/// Any JSON value, read only to check that each of its numbers is a finite double.
+///
+/// JSON's syntax allows numbers of any size, but most receivers' parsers (serde_json, Go's
+/// `encoding/json`…) refuse one beyond ±1.8e308: accepting it would store an event those
+/// endpoints can never take. Reading into this allocates nothing but escaped strings.
+struct FiniteNumbers;
+
+impl<'de> Deserialize<'de> for FiniteNumbers {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(FiniteNumbers)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FiniteNumbers {
+    type Value = FiniteNumbers;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Self, E> {
+        if n.is_finite() {
+            Ok(self)
+        } else {
+            Err(E::custom("number out of range"))
+        }
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<FiniteNumbers>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, FiniteNumbers>()?
+            .is_some()
+        {}
+        Ok(self)
+    }
+}
+
 fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
     valid_text("type", &e.event_type)?;
     if json_depth(e.payload.get().as_bytes()) > MAX_JSON_DEPTH {
         return Err(ApiError::bad_request(
             "payload_too_deep",
             format!("the payload nests deeper than {MAX_JSON_DEPTH} levels"),
+        ));
+    }
+    if let Err(e) = serde_json::from_str::<FiniteNumbers>(e.payload.get()) {
+        return Err(ApiError::bad_request(
+            "invalid_payload",
+            format!("the payload holds a number too large for receivers to parse: {e}"),
         ));
     }
     if let Some(id) = &e.id {
@@ -572,6 +640,39 @@ mod tests {
             "]".repeat(65)
         );
         assert_eq!(refusal(BodyForm::One, &deep), (400, "payload_too_deep"));
+    }
+
+    /// Found by the `ingest_body` fuzz target: the payload is kept as raw JSON, whose syntax
+    /// admits `1e999`, so such an event was accepted although strict receivers (and plugins
+    /// parsing the payload) cannot read it. It is refused now; large finite numbers pass.
+    #[test]
+    fn a_payload_number_beyond_a_double_is_refused() {
+        let fuzzed =
+            "{\"type\": \"ord:r.created\", \"payload\":\t\n\n\n8888888888888881e999888888888888888\n\n}  ";
+        assert_eq!(refusal(BodyForm::One, fuzzed), (400, "invalid_payload"));
+        for payload in [
+            "1e999",
+            "-1e999",
+            "[1, {\"a\": 2e308}]",
+            "{\"k\": [\"s\", 1E+400]}",
+        ] {
+            let body = format!(r#"{{"type": "a", "payload": {payload}}}"#);
+            assert_eq!(
+                refusal(BodyForm::One, &body),
+                (400, "invalid_payload"),
+                "{payload}"
+            );
+        }
+        for payload in [
+            "1.7e308",
+            "123456789012345678901234567890",
+            "-0",
+            "{\"\\u00e9\": [null, true]}",
+        ] {
+            let body = format!(r#"{{"type": "a", "payload": {payload}}}"#);
+            let events = parse_body("t", BodyForm::One, body.as_bytes()).unwrap();
+            assert_eq!(&events[0].payload[..], payload.as_bytes());
+        }
     }
 
     #[test]
