@@ -14,6 +14,7 @@ pub mod model;
 pub mod plugins;
 pub mod policy;
 pub mod scheduler;
+pub mod server;
 pub mod store;
 pub mod supervisor;
 

@@ -27,6 +27,7 @@ use crate::ingest::Ingestor;
 use crate::plugins::{PluginHost, PluginLimits, World};
 use crate::scheduler::attempt::AttemptEnv;
 use crate::scheduler::{Scheduler, SchedulerDeps, SchedulerHandle};
+use crate::server::{self, ServerLimits};
 use crate::store::{RetentionCutoffs, SqliteOptions, SqliteStore, Store};
 
 /// How a gateway is started.
@@ -37,7 +38,8 @@ pub struct GatewayOptions {
     pub listener: Option<std::net::TcpListener>,
     /// Watch the config file and reload it on change (and on SIGHUP).
     pub watch_config: bool,
-    /// Overrides for the store (tests simulate a full disk with `max_page_count`).
+    /// Overrides for the store (tests use a tiny write queue). `storage.max_size` applies
+    /// unless the override sets its own cap.
     pub store_options: Option<SqliteOptions>,
 }
 
@@ -72,6 +74,9 @@ pub struct Reloader {
     sender: Sender,
     status: Arc<Mutex<RuntimeStatus>>,
     clock: Arc<dyn Clock>,
+    store: Arc<dyn Store>,
+    /// Owns the store jobs a reload starts; shutdown waits for them before closing the store.
+    tasks: TaskTracker,
 }
 
 impl Reloader {
@@ -111,6 +116,14 @@ impl Reloader {
         let old = self.config.load_full();
         for (key, differs) in [
             ("server.listen", new.server.listen != old.server.listen),
+            (
+                "server.header_timeout",
+                new.server.header_timeout != old.server.header_timeout,
+            ),
+            (
+                "server.body_timeout",
+                new.server.body_timeout != old.server.body_timeout,
+            ),
             ("storage.path", new.storage.path != old.storage.path),
             ("plugins.dir", new.plugins.dir != old.plugins.dir),
         ] {
@@ -122,7 +135,19 @@ impl Reloader {
             }
         }
         new.server.listen = old.server.listen;
+        new.server.header_timeout = old.server.header_timeout;
+        new.server.body_timeout = old.server.body_timeout;
         new.storage.path = old.storage.path.clone();
+        if new.storage.max_size_bytes != old.storage.max_size_bytes {
+            // Through the writer, between two commits: raising the cap is how a full store
+            // gets room again, without a restart.
+            let (store, max_bytes) = (self.store.clone(), new.storage.max_size_bytes);
+            self.tasks.spawn(async move {
+                if let Err(e) = store.set_size_limit(max_bytes).await {
+                    tracing::error!(error = %e, "could not apply storage.max_size");
+                }
+            });
+        }
         new.plugins.dir = old.plugins.dir.clone();
         let added = new
             .endpoints
@@ -200,7 +225,9 @@ impl Gateway {
         let shutdown = CancellationToken::new();
         let metrics = metrics_handle();
 
-        let store_options = store_options.unwrap_or_else(|| SqliteOptions::new(config.storage.path.clone()));
+        let mut store_options =
+            store_options.unwrap_or_else(|| SqliteOptions::new(config.storage.path.clone()));
+        store_options.max_size_bytes = store_options.max_size_bytes.or(config.storage.max_size_bytes);
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(store_options)
                 .with_context(|| format!("opening the database {}", config.storage.path.display()))?,
@@ -302,14 +329,9 @@ impl Gateway {
         let grace = config.load().server.shutdown_grace;
         tasks.spawn(scheduler.run(shutdown.child_token(), grace));
         {
-            let token = shutdown.child_token();
-            tasks.spawn(async move {
-                let serve = axum::serve(listener, router.into_make_service())
-                    .with_graceful_shutdown(async move { token.cancelled().await });
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "the API server failed");
-                }
-            });
+            let server_config = &config.load().server;
+            let limits = ServerLimits::new(server_config.header_timeout, server_config.body_timeout, grace);
+            tasks.spawn(server::serve(listener, router, limits, shutdown.child_token()));
         }
         {
             let plugins = plugins.clone();
@@ -330,6 +352,8 @@ impl Gateway {
             sender,
             status,
             clock,
+            store: store.clone(),
+            tasks: ingest_tasks.clone(),
         };
         if watch_config && let Some(path) = config.load().source.clone() {
             match config::watch::ConfigWatcher::start(path) {

@@ -66,6 +66,10 @@ impl ApiError {
     }
 }
 
+/// A full or failing disk is not fixed in a second: clients back off longer than for a
+/// saturated writer.
+const STORAGE_RETRY_AFTER_S: u64 = 5;
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -77,7 +81,25 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(message) => ApiError::conflict("conflict", message),
             StoreError::Unavailable(message) => {
                 tracing::warn!(error = %message, "storage unavailable; refusing the write");
-                ApiError::unavailable("storage is unavailable; nothing was written, retry later")
+                ApiError {
+                    retry_after: Some(STORAGE_RETRY_AFTER_S),
+                    ..Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_unavailable",
+                        "the database cannot take writes (full or failing); nothing was written, retry later",
+                    )
+                }
+            }
+            StoreError::Overloaded(message) => {
+                tracing::debug!(error = %message, "writer saturated; refusing the write");
+                ApiError {
+                    retry_after: Some(1),
+                    ..Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "overloaded",
+                        "too many writes are waiting; nothing was written, retry shortly",
+                    )
+                }
             }
             StoreError::Internal(message) => {
                 tracing::error!(error = %message, "storage error");

@@ -24,6 +24,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 pub use error::ApiError;
+pub use events::{BodyForm, parse_body};
 
 use self::auth::BearerScheme;
 

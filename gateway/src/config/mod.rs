@@ -110,6 +110,13 @@ pub struct RawServer {
     /// Ingestion requests per second allowed per API key (average, with a burst of the same
     /// size). None: unlimited.
     pub rate_limit_per_key: Option<u32>,
+    /// How long a client may take to send a request's headers (and how long an idle
+    /// keep-alive connection stays open); slower connections are closed, so that slow clients
+    /// cannot hold connections open (slowloris). Default `10s`.
+    pub header_timeout: Option<String>,
+    /// How long a client may take to send a request body once its headers are in; a slower
+    /// body is refused with 408. Default `30s`.
+    pub body_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -117,6 +124,11 @@ pub struct RawServer {
 pub struct RawStorage {
     /// The SQLite database file. Default `./data/hookgate.db`.
     pub path: Option<String>,
+    /// The largest the database may grow, e.g. `8GiB` (at least `64KiB`). Reaching it is
+    /// handled like a full disk: ingestion answers 503 `storage_unavailable` and nothing is
+    /// written until there is room. Reloadable: raising it makes room without a restart.
+    /// Default: no cap.
+    pub max_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -270,11 +282,15 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     pub shutdown_grace: Duration,
     pub rate_limit_per_key: Option<u32>,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
     pub path: PathBuf,
+    /// None: no cap beyond SQLite's own.
+    pub max_size_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -570,10 +586,27 @@ fn build(
             "10s",
         ),
         rate_limit_per_key: v.positive("server.rate_limit_per_key", raw.server.rate_limit_per_key),
+        header_timeout: v.nonzero_duration(
+            "server.header_timeout",
+            raw.server.header_timeout.as_deref(),
+            "10s",
+        ),
+        body_timeout: v.nonzero_duration("server.body_timeout", raw.server.body_timeout.as_deref(), "30s"),
     };
 
     let storage = StorageConfig {
         path: PathBuf::from(raw.storage.path.as_deref().unwrap_or(DEFAULT_DB_PATH)),
+        max_size_bytes: raw.storage.max_size.as_deref().and_then(|text| {
+            let bytes = v.parse("storage.max_size", text, parse_size)?;
+            if bytes < MIN_STORAGE_SIZE {
+                v.problem(
+                    "storage.max_size",
+                    format!("`{text}` is below the minimum of 64KiB"),
+                );
+                return None;
+            }
+            u64::try_from(bytes).ok()
+        }),
     };
     let plugin_cache_default = storage
         .path
@@ -791,6 +824,17 @@ impl Validator<'_> {
         }
     }
 
+    /// A timeout: zero would refuse everything, so it is a mistake, not a way to turn it off.
+    fn nonzero_duration(&mut self, path: &str, text: Option<&str>, default: &str) -> Duration {
+        let fallback = crate::policy::parse_duration(default).expect("valid default duration");
+        let value = self.duration_or(path, text, fallback);
+        if value.is_zero() {
+            self.problem(path, "must be more than 0".into());
+            return fallback;
+        }
+        value
+    }
+
     fn size(&mut self, path: &str, text: Option<&str>, default: usize) -> usize {
         match text {
             None => default,
@@ -1004,6 +1048,9 @@ impl Validator<'_> {
         })
     }
 }
+
+/// The smallest `storage.max_size`: an empty database alone takes tens of KiB.
+const MIN_STORAGE_SIZE: usize = 64 * 1024;
 
 /// `256KiB`, `1MiB`, `1000`, `64KB`: a byte count.
 fn parse_size(text: &str) -> Result<usize, String> {

@@ -222,3 +222,59 @@ fn a_binding_to_a_plugin_of_another_kind_is_a_problem_once_it_is_loaded() {
     );
     assert!(c.check_plugin_bindings(|_| None).is_ok());
 }
+
+#[test]
+fn storage_cap_and_client_timeouts_have_defaults_and_are_checked() {
+    let c = load("").unwrap();
+    assert_eq!(c.storage.max_size_bytes, None);
+    assert_eq!(c.server.header_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.body_timeout, Duration::from_secs(30));
+
+    let c =
+        load("server:\n  header_timeout: 2s\n  body_timeout: 500ms\nstorage:\n  max_size: 64MiB\n").unwrap();
+    assert_eq!(c.storage.max_size_bytes, Some(64 << 20));
+    assert_eq!(c.server.header_timeout, Duration::from_secs(2));
+    assert_eq!(c.server.body_timeout, Duration::from_millis(500));
+
+    let found = problems("server:\n  header_timeout: 0s\n  body_timeout: soon\nstorage:\n  max_size: 4KiB\n");
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(
+        found[0].contains("server.header_timeout: must be more than 0"),
+        "{found:?}"
+    );
+    assert!(found[1].contains("server.body_timeout"), "{found:?}");
+    assert!(
+        found[2].contains("storage.max_size: `4KiB` is below the minimum"),
+        "{found:?}"
+    );
+}
+
+/// Found while writing the `config_load` fuzz target (`fuzz/`): block sequences nest one level
+/// per `- `, so a short file can nest a hundred thousand deep; converting (and dropping) such a
+/// tree recursed until the stack overflowed and killed the process — `config check`, a reload
+/// or the start. Deep nesting is now a problem on its line, found before any tree is built.
+#[test]
+fn deeply_nested_yaml_is_a_problem_not_a_crash() {
+    let deep_block = format!(
+        "endpoints:\n  e:\n    headers:\n      {}x\n",
+        "- ".repeat(100_000)
+    );
+    let deep_flow = format!("topics: {}\n", "[".repeat(100_000));
+    let deep_mixed = format!("policies:\n  p:\n    sns: {}\n", "- {a: ".repeat(20_000));
+    for text in [&deep_block, &deep_flow, &deep_mixed] {
+        let found = problems(text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("test.yaml:"), "{found:?}");
+    }
+    let found = problems(&deep_block);
+    assert!(found[0].contains("nested deeper than 64 levels"), "{found:?}");
+
+    // 64 levels are fine (the plugin config is free-form).
+    let ok = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: https://x.example/\n    topics: [t]\n    \
+         transform: {{ plugin: p, config: {{ deep: {}1{} }} }}\n",
+        "[".repeat(58),
+        "]".repeat(58)
+    );
+    load(&ok).unwrap();
+}

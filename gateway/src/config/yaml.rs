@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+use saphyr_parser::Event;
 use serde_json::{Map, Number, Value};
 
 /// A parsed document and where each of its key paths stands (1-based lines).
@@ -38,7 +39,40 @@ pub(super) struct YamlError {
     pub(super) reason: String,
 }
 
+/// Collections nested deeper than this are refused. Converting a tree (and dropping it)
+/// recurses once per level, and `- - - …` nests one level per two bytes: without a bound, a
+/// small hostile or mistyped file would overflow the stack and kill `config check`, a reload
+/// or the start. Real configs nest under ten levels; plugin configs get the rest.
+const MAX_DEPTH: usize = 64;
+
+/// Refuses a document nested deeper than [`MAX_DEPTH`], from the parser's event stream, before
+/// any tree is built. Syntax errors are left to the loader, which words them.
+fn check_depth(text: &str) -> Result<(), YamlError> {
+    let mut depth = 0usize;
+    for event in saphyr_parser::Parser::new_from_str(text) {
+        let Ok((event, span)) = event else {
+            return Ok(());
+        };
+        match event {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(YamlError {
+                        line: span.start.line(),
+                        path: String::new(),
+                        reason: format!("nested deeper than {MAX_DEPTH} levels"),
+                    });
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn parse(text: &str) -> Result<Located, YamlError> {
+    check_depth(text)?;
     let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
         line: e.marker().line(),
         path: String::new(),

@@ -33,10 +33,14 @@ pub enum StoreError {
     /// The request cannot be applied in the delivery's or endpoint's current state.
     #[error("{0}")]
     Conflict(String),
-    /// The database cannot take writes right now (disk full, I/O error, shutting down).
-    /// Nothing of the failed write was kept.
+    /// The database cannot take writes right now (disk full, size limit reached, I/O error,
+    /// shutting down). Nothing of the failed write was kept.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The writer's queue is full: the write was refused before it was queued, so that a
+    /// saturated writer turns into a quick "retry later" instead of unbounded memory.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
     #[error("storage error: {0}")]
     Internal(String),
 }
@@ -318,6 +322,45 @@ pub trait Store: Send + Sync + 'static {
     /// Removes data older than the retention windows, a bounded batch per call.
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged>;
 
+    /// Caps the database at `max_bytes` (None: only SQLite's own limit). A write that would
+    /// grow it further fails with [`StoreError::Unavailable`] and keeps nothing. Applied by the
+    /// writer between two commits, so it can be changed while running: raising the cap is how a
+    /// full store gets room again. A cap below the current size holds the store at its size.
+    async fn set_size_limit(&self, max_bytes: Option<u64>) -> StoreResult<()>;
+
     /// Waits until every write submitted so far is committed, then stops the writer.
     async fn close(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::ffi;
+
+    use super::StoreError;
+
+    fn sqlite_error(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(ffi::Error::new(code), None)
+    }
+
+    /// A disk that cannot take a write is a condition to wait out (503 with `Retry-After`), not
+    /// an internal error.
+    #[test]
+    fn disk_full_and_io_errors_are_unavailable() {
+        for code in [
+            ffi::SQLITE_FULL,
+            ffi::SQLITE_IOERR,
+            ffi::SQLITE_IOERR_WRITE,
+            ffi::SQLITE_IOERR_FSYNC,
+            ffi::SQLITE_READONLY,
+        ] {
+            assert!(
+                matches!(StoreError::from(sqlite_error(code)), StoreError::Unavailable(_)),
+                "code {code}"
+            );
+        }
+        assert!(matches!(
+            StoreError::from(sqlite_error(ffi::SQLITE_CONSTRAINT)),
+            StoreError::Internal(_)
+        ));
+    }
 }

@@ -22,8 +22,9 @@ pub struct SqliteOptions {
     /// Jobs per transaction at most.
     pub max_batch: usize,
     pub read_connections: usize,
-    /// `PRAGMA max_page_count`, to cap the database size (and to simulate a full disk in tests).
-    pub max_page_count: Option<u64>,
+    /// The largest the database file may grow (`storage.max_size`), applied as
+    /// `PRAGMA max_page_count`: a cap reached behaves like a full disk.
+    pub max_size_bytes: Option<u64>,
 }
 
 impl SqliteOptions {
@@ -33,7 +34,7 @@ impl SqliteOptions {
             write_queue: 8192,
             max_batch: 2048,
             read_connections: 4,
-            max_page_count: None,
+            max_size_bytes: None,
         }
     }
 }
@@ -41,6 +42,8 @@ impl SqliteOptions {
 pub struct SqliteStore {
     writer: WriterHandle,
     readers: Arc<ReadPool>,
+    /// SQLite's own `max_page_count` before any cap: what "no cap" restores.
+    uncapped_pages: u64,
 }
 
 struct ReadPool {
@@ -82,10 +85,14 @@ impl SqliteStore {
             })?;
         }
         let mut conn = open_writer_connection(&options.path)?;
-        if let Some(pages) = options.max_page_count {
-            conn.pragma_update(None, "max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))?;
-        }
+        let uncapped_pages = conn.pragma_query_value(None, "max_page_count", |r| r.get::<_, i64>(0))?;
+        let uncapped_pages = u64::try_from(uncapped_pages).unwrap_or(u64::MAX);
+        // Migrations first: a cap below what the schema needs must not keep the gateway from
+        // starting on an existing database; it only refuses new data.
         super::migrations::migrate(&mut conn)?;
+        if let Some(max_bytes) = options.max_size_bytes {
+            apply_size_limit(&conn, Some(max_bytes), uncapped_pages)?;
+        }
         let writer = writer::spawn(conn, options.write_queue, options.max_batch);
         Ok(SqliteStore {
             writer,
@@ -94,6 +101,7 @@ impl SqliteStore {
                 idle: Mutex::new(Vec::new()),
                 max_idle: options.read_connections.max(1),
             }),
+            uncapped_pages,
         })
     }
 
@@ -164,6 +172,31 @@ fn open_writer_connection(path: &Path) -> StoreResult<Connection> {
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
     Ok(conn)
+}
+
+/// Sets `max_page_count` for `max_bytes` (whole pages, at least one), or back to `uncapped`.
+/// SQLite never sets it below the pages in use; the value it took is logged.
+fn apply_size_limit(conn: &Connection, max_bytes: Option<u64>, uncapped: u64) -> StoreResult<()> {
+    let page_size = conn.pragma_query_value(None, "page_size", |r| r.get::<_, i64>(0))?;
+    let page_size = u64::try_from(page_size).unwrap_or(4096).max(1);
+    let wanted = max_bytes.map_or(uncapped, |bytes| (bytes / page_size).max(1));
+    let applied = conn.pragma_update_and_check(
+        None,
+        "max_page_count",
+        i64::try_from(wanted).unwrap_or(i64::MAX),
+        |r| r.get::<_, i64>(0),
+    )?;
+    let applied = u64::try_from(applied).unwrap_or(0);
+    match max_bytes {
+        Some(bytes) if applied > wanted => tracing::warn!(
+            max_size_bytes = bytes,
+            held_at_bytes = applied.saturating_mul(page_size),
+            "storage.max_size is below the database's current size; it is held at its size"
+        ),
+        Some(bytes) => tracing::info!(max_size_bytes = bytes, pages = applied, "database size cap set"),
+        None => tracing::info!("database size cap removed"),
+    }
+    Ok(())
 }
 
 fn ts(row: &Row<'_>, idx: usize) -> rusqlite::Result<Timestamp> {
@@ -794,7 +827,177 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn set_size_limit(&self, max_bytes: Option<u64>) -> StoreResult<()> {
+        let uncapped = self.uncapped_pages;
+        self.write(Urgency::Wait, move |conn| {
+            apply_size_limit(conn, max_bytes, uncapped)
+        })
+        .await
+    }
+
     async fn close(&self) {
         self.writer.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc as std_mpsc;
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_767_225_600_000);
+
+    fn batch(id: &str, payload_bytes: usize) -> IngestBatch {
+        IngestBatch {
+            items: vec![IngestItem {
+                event: Arc::new(Event {
+                    id: id.to_owned(),
+                    topic: "t".into(),
+                    event_type: "x".into(),
+                    content_type: "application/octet-stream".into(),
+                    payload: Bytes::from(vec![b'p'; payload_bytes]),
+                    ordering_key: None,
+                    received_at: NOW,
+                }),
+                endpoints: vec![Arc::from("e")],
+            }],
+            idempotency: None,
+            now: NOW,
+        }
+    }
+
+    async fn pending_ids(store: &SqliteStore) -> Vec<i64> {
+        store
+            .pending_deliveries()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id.0)
+            .collect()
+    }
+
+    /// A job that holds the writer until `release` is sent, and says when it has started.
+    fn blocker() -> (Job, std_mpsc::Receiver<()>, std_mpsc::Sender<()>) {
+        let (started_tx, started_rx) = std_mpsc::channel();
+        let (release_tx, release_rx) = std_mpsc::channel::<()>();
+        let job: Job = Box::new(move |_conn| {
+            started_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(Duration::from_secs(30));
+            JobResult {
+                keep: true,
+                completion: Box::new(|_| {}),
+            }
+        });
+        (job, started_rx, release_tx)
+    }
+
+    #[tokio::test]
+    async fn a_full_write_queue_refuses_ingestion_at_once_and_keeps_everything_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(SqliteOptions {
+            write_queue: 1,
+            max_batch: 1,
+            ..SqliteOptions::new(dir.path().join("db"))
+        })
+        .unwrap();
+
+        // The writer is busy with the blocker, and the queue's one slot holds `a`.
+        let (job, started, release) = blocker();
+        store.writer.try_submit(job).unwrap();
+        started.recv_timeout(Duration::from_secs(10)).unwrap();
+        let mut a = store.ingest(batch("a", 10));
+        assert!((&mut a).now_or_never().is_none(), "a waits for its commit");
+
+        let refused = store.ingest(batch("b", 10)).await;
+        assert!(matches!(refused, Err(StoreError::Overloaded(_))), "{refused:?}");
+
+        release.send(()).unwrap();
+        assert!(matches!(a.await, Ok(IngestOutcome::Committed(ref d)) if d.len() == 1));
+        assert!(matches!(
+            store.ingest(batch("b", 10)).await,
+            Ok(IngestOutcome::Committed(_))
+        ));
+        assert_eq!(pending_ids(&store).await.len(), 2, "a, and b once retried");
+        assert_eq!(store.event("b", None).await.unwrap().len(), 1);
+        store.close().await;
+    }
+
+    fn integrity(path: &Path) -> String {
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_size_cap_refuses_whole_writes_and_lifting_it_makes_room_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = SqliteStore::open(SqliteOptions {
+            max_size_bytes: Some(256 * 1024),
+            ..SqliteOptions::new(&path)
+        })
+        .unwrap();
+
+        // 3 KiB payloads need a page of their own each: the cap is reached within ~64 events.
+        let mut accepted = Vec::new();
+        let refusal = loop {
+            let id = format!("e{}", accepted.len());
+            match store.ingest(batch(&id, 3 * 1024)).await {
+                Ok(IngestOutcome::Committed(_)) => accepted.push(id),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => break (id, e),
+            }
+            assert!(accepted.len() < 200, "the cap never took effect");
+        };
+        assert!(matches!(refusal.1, StoreError::Unavailable(_)), "{:?}", refusal.1);
+        assert!(accepted.len() > 10, "only {} events fit", accepted.len());
+        // Nothing of the refused write was kept: neither its event nor its delivery.
+        assert!(store.event(&refusal.0, None).await.unwrap().is_empty());
+        assert_eq!(pending_ids(&store).await.len(), accepted.len());
+        // Outcome writes that need no new page still go through while the store is full.
+        let first = store.pending_deliveries().await.unwrap()[0].id;
+        store
+            .apply(vec![StateChange::Finish {
+                delivery: first,
+                status: DeliveryStatus::Failed,
+                error: "test".into(),
+                now: NOW,
+            }])
+            .await
+            .unwrap();
+        assert_eq!(integrity(&path), "ok");
+
+        store.set_size_limit(Some(1024 * 1024)).await.unwrap();
+        for i in 0..20 {
+            assert!(matches!(
+                store.ingest(batch(&format!("after{i}"), 3 * 1024)).await,
+                Ok(IngestOutcome::Committed(_))
+            ));
+        }
+        store.set_size_limit(None).await.unwrap();
+        assert!(store.ingest(batch("big", 2 << 20)).await.is_ok());
+        assert_eq!(pending_ids(&store).await.len(), accepted.len() - 1 + 21);
+        store.close().await;
+        assert_eq!(integrity(&path), "ok");
+    }
+
+    #[tokio::test]
+    async fn a_cap_below_the_current_size_holds_the_store_at_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
+        for i in 0..5 {
+            store.ingest(batch(&format!("e{i}"), 3 * 1024)).await.unwrap();
+        }
+        store.set_size_limit(Some(1)).await.unwrap();
+        assert!(matches!(
+            store.ingest(batch("more", 3 * 1024)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(pending_ids(&store).await.len(), 5);
+        store.close().await;
     }
 }

@@ -6,6 +6,7 @@
 //! (up to `max_batch`), runs them all in one transaction, commits once — one fsync for the whole
 //! group — and then calls every completion. A job that fails rolls back only its own savepoint.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -49,7 +50,7 @@ impl WriterHandle {
     pub(super) fn try_submit(&self, job: Job) -> Result<(), StoreError> {
         self.tx.try_send(Msg::Job(job)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
-                StoreError::Unavailable("the write queue is full; retry shortly".into())
+                StoreError::Overloaded("the write queue is full; retry shortly".into())
             }
             mpsc::error::TrySendError::Closed(_) => StoreError::Unavailable("the store is shut down".into()),
         })
@@ -73,17 +74,21 @@ pub(super) fn spawn(conn: Connection, queue_capacity: usize, max_batch: usize) -
 }
 
 fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
-    let mut jobs: Vec<Job> = Vec::with_capacity(max_batch);
+    let mut jobs: VecDeque<Job> = VecDeque::with_capacity(max_batch);
     let mut close: Option<oneshot::Sender<()>> = None;
-    while close.is_none() {
-        let Some(first) = rx.blocking_recv() else { break };
-        match first {
-            Msg::Job(job) => jobs.push(job),
-            Msg::Close(done) => close = Some(done),
+    // Jobs left over by a group that SQLite rolled back are committed before anything else,
+    // and before closing.
+    while close.is_none() || !jobs.is_empty() {
+        if jobs.is_empty() {
+            let Some(first) = rx.blocking_recv() else { break };
+            match first {
+                Msg::Job(job) => jobs.push_back(job),
+                Msg::Close(done) => close = Some(done),
+            }
         }
         while close.is_none() && jobs.len() < max_batch {
             match rx.try_recv() {
-                Ok(Msg::Job(job)) => jobs.push(job),
+                Ok(Msg::Job(job)) => jobs.push_back(job),
                 Ok(Msg::Close(done)) => close = Some(done),
                 Err(_) => break,
             }
@@ -101,16 +106,30 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
     }
 }
 
-fn commit_group(conn: &mut Connection, jobs: &mut Vec<Job>) {
+/// Runs the waiting jobs in one transaction and answers them after its commit.
+///
+/// After a disk-full or I/O error SQLite may roll back the *whole* transaction, not only the
+/// failing statement. The group then stops at once: the jobs that ran before lost their writes
+/// and are answered with the error, and the jobs not yet run stay in `jobs` for a fresh
+/// transaction. Running them on would execute them outside any transaction — each savepoint
+/// would commit by itself, and its waiter would be told "failed" about data that is on disk.
+fn commit_group(conn: &mut Connection, jobs: &mut VecDeque<Job>) {
     let started = Instant::now();
-    let group_size = jobs.len();
-    let mut completions: Vec<Completion> = Vec::with_capacity(group_size);
+    let mut completions: Vec<Completion> = Vec::with_capacity(jobs.len());
+    let mut rolled_back = false;
     let result = (|| -> Result<(), StoreError> {
         let mut tx = conn.transaction()?;
-        for job in jobs.drain(..) {
+        while let Some(job) = jobs.pop_front() {
             let sp = tx.savepoint()?;
             let JobResult { keep, completion } = job(&sp);
             completions.push(completion);
+            if sp.is_autocommit() {
+                // The savepoint is gone with the transaction: dropping it is a no-op.
+                rolled_back = true;
+                return Err(StoreError::Unavailable(
+                    "the database rolled the transaction back after a write error".into(),
+                ));
+            }
             if keep {
                 sp.commit()?;
             }
@@ -119,8 +138,12 @@ fn commit_group(conn: &mut Connection, jobs: &mut Vec<Job>) {
         tx.commit()?;
         Ok(())
     })();
-    // A job whose closure never ran (the transaction failed to open) still has to be answered.
-    jobs.clear();
+    if !rolled_back {
+        // Any other failure: the jobs not run are dropped, which answers their waiters with
+        // "dropped before its commit" instead of retrying a transaction that cannot start.
+        jobs.clear();
+    }
+    let group_size = completions.len();
     if let Err(e) = &result {
         tracing::error!(error = %e, group_size, "commit failed; the group's writes were not kept");
     }
@@ -132,5 +155,92 @@ fn commit_group(conn: &mut Connection, jobs: &mut Vec<Job>) {
     if result.is_err() {
         // Give a full disk a moment before the next group hammers it again.
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc as std_mpsc;
+
+    use super::*;
+
+    fn insert(value: &'static str) -> (Job, oneshot::Receiver<Result<(), StoreError>>) {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let written = conn.execute("INSERT INTO t (v) VALUES (?1)", [value]);
+            JobResult {
+                keep: written.is_ok(),
+                completion: Box::new(move |committed| {
+                    let _ = tx.send(committed.and(written.map(|_| ()).map_err(StoreError::from)));
+                }),
+            }
+        });
+        (job, rx)
+    }
+
+    fn rows(path: &std::path::Path) -> Vec<String> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn.prepare("SELECT v FROM t ORDER BY v").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// SQLite may answer a disk-full or I/O error by rolling back the whole transaction. The
+    /// group's earlier writes are then lost and must be reported so, and the later jobs must
+    /// run in a transaction of their own — not in autocommit mode, where they would be written
+    /// yet reported as failed.
+    #[tokio::test]
+    async fn a_group_rolled_back_by_sqlite_fails_its_earlier_jobs_and_reruns_the_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v TEXT NOT NULL);")
+            .unwrap();
+        let writer = spawn(conn, 16, 16);
+
+        // Hold the writer so that the next jobs form one group.
+        let (started_tx, started_rx) = std_mpsc::channel();
+        let (release_tx, release_rx) = std_mpsc::channel::<()>();
+        writer
+            .try_submit(Box::new(move |_| {
+                started_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(Duration::from_secs(30));
+                JobResult {
+                    keep: true,
+                    completion: Box::new(|_| {}),
+                }
+            }))
+            .unwrap();
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+
+        let (before, before_rx) = insert("before");
+        writer.try_submit(before).unwrap();
+        let (rollback_tx, rollback_rx) = oneshot::channel::<Result<(), StoreError>>();
+        writer
+            .try_submit(Box::new(move |conn| {
+                // What SQLite does by itself after some SQLITE_FULL / SQLITE_IOERR failures.
+                conn.execute_batch("ROLLBACK").unwrap();
+                JobResult {
+                    keep: false,
+                    completion: Box::new(move |_| {
+                        let _ = rollback_tx.send(Err(StoreError::Unavailable("disk full".into())));
+                    }),
+                }
+            }))
+            .unwrap();
+        let (after, after_rx) = insert("after");
+        writer.try_submit(after).unwrap();
+        release_tx.send(()).unwrap();
+
+        assert!(matches!(
+            before_rx.await.unwrap(),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(rollback_rx.await.unwrap().is_err());
+        after_rx.await.unwrap().unwrap();
+        writer.close().await;
+        assert_eq!(rows(&path), vec!["after".to_owned()]);
     }
 }

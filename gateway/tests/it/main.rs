@@ -8,9 +8,11 @@ mod plugin_build;
 mod support;
 
 mod auth;
+mod backpressure;
 mod bad_input;
 mod crash_recovery;
 mod dead_letter;
+mod disk_faults;
 mod health;
 mod idempotency;
 mod ingest;
@@ -25,3 +27,5 @@ mod replay;
 mod retention;
 mod retry_schedule;
 mod scheduler_metrics;
+mod slow_clients;
+mod ssrf;
