@@ -185,7 +185,7 @@ async fn outcomes_that_a_full_store_refused_are_recorded_once_it_has_room() {
 
     // The second attempts succeed, but their outcomes (an attempt row each) no longer fit.
     sink.always(Reply::status(200));
-    gw.advance(Duration::from_secs(11));
+    gw.advance(Duration::from_secs(11)).await;
     sink.wait_for(2 * n, WAIT).await;
     let deadline = tokio::time::Instant::now() + WAIT;
     while !crate::support::captured_logs().contains("could not record delivery outcomes; keeping them") {

@@ -89,7 +89,7 @@ async fn loopback_endpoints_are_blocked_without_an_allow_list_and_never_reached(
     let mut config = (*gw.gateway.as_ref().unwrap().config()).clone();
     config.delivery.allow_networks = vec!["127.0.0.0/8".parse().unwrap()];
     gw.reloader().apply(config);
-    gw.advance(Duration::from_secs(11));
+    gw.advance(Duration::from_secs(11)).await;
     let received = sink.wait_for(3, WAIT).await;
     let list = gw
         .wait_until("/v1/deliveries", WAIT, |l| {
