@@ -987,6 +987,22 @@ async fn idle_instances_are_capped_and_the_least_recently_used_goes_first() {
     assert_eq!(fresh.host.instance_stats().reused, 0);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_is_replaced_after_ten_thousand_calls() {
+    let f = host_with(&["github-signature"]);
+    let github = binding("github-signature", &[]);
+    let expected = format!("sha256={}", hmac_sha256_hex(b"k", b"x"));
+    for n in 1..=10_001 {
+        let headers = f.host.sign(&github, sign_input(b"x", &["k"])).await.unwrap();
+        if n == 1 || n >= 10_000 {
+            assert_eq!(header(&headers, "X-Hub-Signature-256"), Some(expected.as_str()));
+        }
+    }
+    let stats = f.host.instance_stats();
+    assert_eq!(stats.instantiated, 2, "{stats:?}");
+    assert_eq!(stats.reused, 9_999, "{stats:?}");
+}
+
 /// `component` with a custom section appended: the same behaviour under a new SHA-256.
 fn with_custom_section(component: &[u8], tag: u8) -> Vec<u8> {
     let name = b"hookgate-test";

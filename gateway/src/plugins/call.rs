@@ -93,12 +93,31 @@ pub(crate) struct PluginInstance {
     /// The instance's linear memory when it was created; growth beyond it is what
     /// [`PluginLimits::reuse_max_growth_bytes`] limits.
     initial_memory_bytes: usize,
+    /// Calls this instance has run.
+    calls: u32,
 }
+
+/// Calls one instance may serve before it is dropped. A guard against whatever a store may
+/// accumulate per call that the host cannot see or reset (wasmtime's own per-store tables);
+/// one instantiation per this many calls costs nothing measurable.
+pub(crate) const INSTANCE_CALLS_MAX: u32 = 10_000;
 
 impl PluginInstance {
     /// The binding config this instance was created for.
     pub(crate) fn config(&self) -> &BTreeMap<String, String> {
         &self.store.data().config
+    }
+
+    /// Whether this instance, after a call that returned normally, may serve another: it has
+    /// not grown much beyond its starting memory, nor served too many calls.
+    fn worth_keeping(&self, limits: &PluginLimits) -> bool {
+        let grown_bytes = self
+            .store
+            .data()
+            .limiter
+            .used_bytes()
+            .saturating_sub(self.initial_memory_bytes);
+        grown_bytes <= limits.reuse_max_growth_bytes && self.calls < INSTANCE_CALLS_MAX
     }
 }
 
@@ -164,19 +183,14 @@ pub(crate) async fn run(
             }
         },
     };
+    instance.calls += 1;
     instance.store.data_mut().begin_call(keys);
     match call_export(&mut instance, limits, input).await {
         Ok(output) => {
             instance.store.data_mut().end_call();
-            let grown = instance
-                .store
-                .data()
-                .limiter
-                .used_bytes()
-                .saturating_sub(instance.initial_memory_bytes);
             Finished {
                 result: Ok(output),
-                reusable: (grown <= limits.reuse_max_growth_bytes).then_some(instance),
+                reusable: instance.worth_keeping(limits).then_some(instance),
             }
         }
         // The plugin's own error is an ordinary answer: the instance is as sound as after a
@@ -185,7 +199,7 @@ pub(crate) async fn run(
             instance.store.data_mut().end_call();
             Finished {
                 result: Err(fail(FailureDetail::Plugin, message, false)),
-                reusable: Some(instance),
+                reusable: instance.worth_keeping(limits).then_some(instance),
             }
         }
         // Anything else (a trap, the deadline, the memory cap, an answer over the output cap
@@ -256,6 +270,7 @@ async fn instantiate(
         store,
         export,
         initial_memory_bytes,
+        calls: 0,
     })
 }
 
@@ -323,7 +338,11 @@ async fn call_export(
                         format!("cannot hand the key over: {e:#}"),
                     ));
                 }
-                Some(Ok(key)) => key,
+                // Lent as a borrow: lowering an owned `Resource` into a `borrow` parameter
+                // would register it in the store's handle table for good, and a reused store
+                // would run out of handles after 100 000 calls. The key stays in the resource
+                // table until `end_call` deletes it.
+                Some(Ok(key)) => Resource::new_borrow(key.rep()),
             };
             let (answer,) = func
                 .call_async(&mut *store, (endpoint, delivery, message, key))
