@@ -271,6 +271,39 @@ async fn cloudevents_base64_encodes_payloads_that_are_not_json() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudevents_copies_json_payloads_as_they_are_and_base64_encodes_broken_json() {
+    let f = host_with(&["cloudevents"]);
+    let ce = binding("cloudevents", &[("subject", "line \"1\"\n\u{e9}")]);
+    let payload = br#" {"text":"caf\u00e9 \"quoted\"","n":[1.50,-2e3,null,true],"nested":{"a":{}}} "#;
+    let result = f.host.transform(&ce, transform_input(payload)).await.unwrap();
+    let TransformResult::Forward { body, .. } = result else {
+        panic!("expected forward")
+    };
+    let text = std::str::from_utf8(&body).unwrap();
+    // The payload is copied in unchanged (numbers keep their spelling), without the
+    // surrounding whitespace.
+    assert!(
+        text.contains(
+            r#""data":{"text":"caf\u00e9 \"quoted\"","n":[1.50,-2e3,null,true],"nested":{"a":{}}}"#
+        ),
+        "{text}"
+    );
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["subject"], "line \"1\"\n\u{e9}");
+    assert_eq!(doc["data"]["text"], "caf\u{e9} \"quoted\"");
+
+    // Declared JSON that does not parse is sent as bytes, not as broken JSON.
+    let (_, doc) = forwarded(
+        f.host
+            .transform(&ce, transform_input(br#"{"order":"#))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(doc["data_base64"], "eyJvcmRlciI6");
+    assert!(doc.get("data").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sns_envelope_builds_the_notification_document_and_headers() {
     let f = host_with(&["sns-envelope"]);
     let result = f
