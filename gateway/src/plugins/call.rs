@@ -251,17 +251,17 @@ async fn instantiate(
     let export = match loaded.world {
         World::Transformer => Export::Transform(
             instance
-                .get_typed_func(&mut store, &loaded.export)
+                .get_typed_func(&mut store, loaded.export)
                 .map_err(wrong_type)?,
         ),
         World::Signer => Export::Sign(
             instance
-                .get_typed_func(&mut store, &loaded.export)
+                .get_typed_func(&mut store, loaded.export)
                 .map_err(wrong_type)?,
         ),
         World::Backoff => Export::Backoff(
             instance
-                .get_typed_func(&mut store, &loaded.export)
+                .get_typed_func(&mut store, loaded.export)
                 .map_err(wrong_type)?,
         ),
     };
