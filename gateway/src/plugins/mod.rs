@@ -544,7 +544,9 @@ impl PluginHost {
         .await;
         if let (Some(instance), Some((endpoint_name, endpoint_url))) = (reusable, owned_key) {
             // Only the version that is loaded now gets instances back: a call that started
-            // before a reload finishes on the old version, and its instance goes with it.
+            // before a reload finishes on the old version, and its instance goes with it. (A
+            // reload between this check and the put leaves one instance no call will match,
+            // until the least-recently-used rule drops it.)
             if self
                 .lookup(&name)
                 .is_some_and(|current| current.load_id == loaded.load_id)
