@@ -1,6 +1,7 @@
-//! What plugins cost: one call (fresh store + instantiation + call) of a transform and of a
-//! signer on a 1 KiB body, a transform + sign pair as one delivery would run them, and the
-//! reload latency from a file write to the first call that uses the new version.
+//! What plugins cost: one call of a transform and of a signer on a 1 KiB body, and a
+//! transform + sign pair as one delivery runs them — as the gateway runs them (an idle
+//! instance of the binding reused), and with reuse turned off (a fresh store and instance per
+//! call); and the reload latency from a file write to the first call that uses the new version.
 //!
 //! Run with `cargo bench -p hookgate --bench plugins`; the plugins are built on demand.
 
@@ -72,11 +73,27 @@ fn sign_input(body: &Bytes) -> SignInput {
 }
 
 fn host_with(dir: &Path, cache: &Path, plugins: &[&str]) -> PluginHost {
-    plugin_build::install_plugins(dir, plugins);
-    PluginHost::new(dir.to_owned(), cache.to_owned(), PluginLimits::default()).unwrap()
+    host_with_limits(dir, cache, plugins, PluginLimits::default())
 }
 
-fn per_call(c: &mut Criterion) {
+fn host_with_limits(dir: &Path, cache: &Path, plugins: &[&str], limits: PluginLimits) -> PluginHost {
+    plugin_build::install_plugins(dir, plugins);
+    PluginHost::new(dir.to_owned(), cache.to_owned(), limits).unwrap()
+}
+
+fn per_call_reused(c: &mut Criterion) {
+    per_call(c, "plugin_call_1kib", PluginLimits::default());
+}
+
+fn per_call_fresh(c: &mut Criterion) {
+    let limits = PluginLimits {
+        idle_instances: 0,
+        ..PluginLimits::default()
+    };
+    per_call(c, "plugin_call_1kib_fresh_instance", limits);
+}
+
+fn per_call(c: &mut Criterion, group_name: &str, limits: PluginLimits) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -84,10 +101,11 @@ fn per_call(c: &mut Criterion) {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let host = host_with(
+    let host = host_with_limits(
         dir.path(),
         cache.path(),
         &["cloudevents", "github-signature", "redact"],
+        limits,
     );
     eprintln!("pooling allocator: {}", host.uses_pooling_allocator());
     let body = body_1kib();
@@ -95,7 +113,7 @@ fn per_call(c: &mut Criterion) {
     let redact = binding("redact", &[("paths", "lines")]);
     let github = binding("github-signature", &[]);
 
-    let mut group = c.benchmark_group("plugin_call_1kib");
+    let mut group = c.benchmark_group(group_name);
     group.bench_function("transform_cloudevents", |b| {
         b.iter(|| {
             runtime
@@ -124,6 +142,7 @@ fn per_call(c: &mut Criterion) {
         })
     });
     group.finish();
+    eprintln!("{group_name}: {:?}", host.instance_stats());
 }
 
 /// Appends a custom section to a component: same behaviour, new content (and hash), so the
@@ -232,5 +251,5 @@ fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-criterion_group!(benches, per_call, reload);
+criterion_group!(benches, per_call_reused, per_call_fresh, reload);
 criterion_main!(benches);

@@ -1,6 +1,7 @@
-//! One plugin call: a fresh `Store` with only this call's data, instantiated from the cached
-//! `InstancePre`, run under the deadline and memory cap, its answer checked against the
-//! output cap. The store (and so any trapped instance) is dropped when the call ends.
+//! One plugin call: on an idle instance of the same binding when the pool has one, else on a
+//! fresh `Store` instantiated from the cached `InstancePre`; run under the deadline and memory
+//! cap, its answer checked against the output cap. An instance comes back for reuse only when
+//! its call returned normally; a trapped or overrun instance is dropped with its store.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use wasmtime::Store;
-use wasmtime::component::Resource;
+use wasmtime::component::{Resource, TypedFunc};
 
 use super::bindings::{
     Decision, DeliveryInfo, EndpointInfo, EventInfo, Message, Outcome, PluginError, RetryContext,
@@ -45,6 +46,15 @@ impl CallInput {
             CallInput::Backoff(_) => World::Backoff,
         }
     }
+
+    /// The endpoint the call serves, when the world's arguments name one. A backoff call
+    /// names none, so it never runs on a reused instance.
+    pub(crate) fn endpoint(&self) -> Option<&EndpointInfo> {
+        match self {
+            CallInput::Transform { endpoint, .. } | CallInput::Sign { endpoint, .. } => Some(endpoint),
+            CallInput::Backoff(_) => None,
+        }
+    }
 }
 
 /// What a call answered, already checked against the limits.
@@ -62,16 +72,75 @@ pub(crate) struct CallError {
     pub(crate) before_export: bool,
 }
 
-/// Runs one call of `loaded` with `input`, the binding's `config` and, for a signer, `keys`
-/// (newest first; the first is passed to `sign`).
+type TransformFunc =
+    TypedFunc<(EndpointInfo, EventInfo, DeliveryInfo, Message), (Result<Outcome, PluginError>,)>;
+type SignFunc =
+    TypedFunc<(EndpointInfo, DeliveryInfo, Message, Resource<SigningKey>), (Result<Headers, PluginError>,)>;
+type BackoffFunc = TypedFunc<(RetryContext,), (Result<Decision, PluginError>,)>;
+
+/// The world's export of one instance, type-checked once when the instance is created.
+enum Export {
+    Transform(TransformFunc),
+    Sign(SignFunc),
+    Backoff(BackoffFunc),
+}
+
+/// An instantiated plugin: its store (holding the one binding config it serves), and its
+/// export. Lives for one call, or for several calls of the same binding through the pool.
+pub(crate) struct PluginInstance {
+    store: Store<CallState>,
+    export: Export,
+    /// The instance's linear memory when it was created; growth beyond it is what
+    /// [`PluginLimits::reuse_max_growth_bytes`] limits.
+    initial_memory_bytes: usize,
+    /// Calls this instance has run.
+    calls: u32,
+}
+
+/// Calls one instance may serve before it is dropped. A guard against whatever a store may
+/// accumulate per call that the host cannot see or reset (wasmtime's own per-store tables);
+/// one instantiation per this many calls costs nothing measurable.
+pub(crate) const INSTANCE_CALLS_MAX: u32 = 10_000;
+
+impl PluginInstance {
+    /// The binding config this instance was created for.
+    pub(crate) fn config(&self) -> &BTreeMap<String, String> {
+        &self.store.data().config
+    }
+
+    /// Whether this instance, after a call that returned normally, may serve another: it has
+    /// not grown much beyond its starting memory, nor served too many calls.
+    fn worth_keeping(&self, limits: &PluginLimits) -> bool {
+        let grown_bytes = self
+            .store
+            .data()
+            .limiter
+            .used_bytes()
+            .saturating_sub(self.initial_memory_bytes);
+        grown_bytes <= limits.reuse_max_growth_bytes && self.calls < INSTANCE_CALLS_MAX
+    }
+}
+
+/// How a call ended: its result, and its instance when that may serve another call of the
+/// same binding.
+pub(crate) struct Finished {
+    pub(crate) result: Result<CallOutput, CallError>,
+    pub(crate) reusable: Option<PluginInstance>,
+}
+
+/// Runs one call of `loaded` with `input`, on `idle` (an instance of this same version and
+/// binding, taken from the pool) or else on a fresh instance created with the binding's
+/// `config`. For a signer, `keys` are the endpoint's keys, newest first (the first is passed
+/// to `sign`).
 pub(crate) async fn run(
     engine: &wasmtime::Engine,
     loaded: &Arc<Loaded>,
     limits: &PluginLimits,
-    config: Arc<BTreeMap<String, String>>,
+    config: &BTreeMap<String, String>,
     keys: Vec<SigningKey>,
     input: CallInput,
-) -> Result<CallOutput, CallError> {
+    idle: Option<PluginInstance>,
+) -> Finished {
     let fail = |detail: FailureDetail, message: String, before_export: bool| CallError {
         failure: PluginFailure {
             plugin: loaded.name.clone(),
@@ -81,12 +150,8 @@ pub(crate) async fn run(
         },
         before_export,
     };
-    let trapped = |e: wasmtime::Error, before_export: bool| {
-        let detail = classify(&e);
-        fail(detail, format!("{e:#}"), before_export)
-    };
     if input.world() != loaded.world {
-        return Err(fail(
+        let failure = fail(
             FailureDetail::WrongWorld,
             format!(
                 "plugin `{}` implements {}, not {}",
@@ -95,14 +160,74 @@ pub(crate) async fn run(
                 input.world().as_str()
             ),
             false,
-        ));
+        );
+        return Finished {
+            result: Err(failure),
+            reusable: idle,
+        };
     }
 
+    let mut instance = match idle {
+        Some(mut instance) => {
+            arm_deadline(&mut instance.store, limits.call_timeout);
+            instance
+        }
+        // A fresh instance's deadline is armed before instantiating: start-up code counts.
+        None => match instantiate(engine, loaded, limits, config).await {
+            Ok(instance) => instance,
+            Err((detail, message)) => {
+                return Finished {
+                    result: Err(fail(detail, message, true)),
+                    reusable: None,
+                };
+            }
+        },
+    };
+    instance.calls += 1;
+    instance.store.data_mut().begin_call(keys);
+    match call_export(&mut instance, limits, input).await {
+        Ok(output) => {
+            instance.store.data_mut().end_call();
+            Finished {
+                result: Ok(output),
+                reusable: instance.worth_keeping(limits).then_some(instance),
+            }
+        }
+        // The plugin's own error is an ordinary answer: the instance is as sound as after a
+        // success.
+        Err(Ended::Answered(FailureDetail::Plugin, message)) => {
+            instance.store.data_mut().end_call();
+            Finished {
+                result: Err(fail(FailureDetail::Plugin, message, false)),
+                reusable: instance.worth_keeping(limits).then_some(instance),
+            }
+        }
+        // Anything else (a trap, the deadline, the memory cap, an answer over the output cap
+        // or not valid HTTP, a missing key) drops the instance with this call.
+        Err(Ended::Answered(detail, message)) => Finished {
+            result: Err(fail(detail, message, false)),
+            reusable: None,
+        },
+        Err(Ended::Trapped(e)) => Finished {
+            result: Err(fail(classify(&e), format!("{e:#}"), false)),
+            reusable: None,
+        },
+    }
+}
+
+/// Creates an instance for `config`'s binding: a fresh store with the call deadline armed,
+/// instantiated from the cached `InstancePre`, its export looked up by the cached index and
+/// type-checked against the world.
+async fn instantiate(
+    engine: &wasmtime::Engine,
+    loaded: &Arc<Loaded>,
+    limits: &PluginLimits,
+    config: &BTreeMap<String, String>,
+) -> Result<PluginInstance, (FailureDetail, String)> {
     let state = CallState::new(
         Arc::from(loaded.name.as_str()),
         Arc::clone(&loaded.version),
-        config,
-        keys,
+        Arc::new(config.clone()),
         limits,
     );
     let mut store = Store::new(engine, state);
@@ -112,111 +237,149 @@ pub(crate) async fn run(
         .pre
         .instantiate_async(&mut store)
         .await
-        .map_err(|e| trapped(e, true))?;
+        .map_err(|e| (classify(&e), format!("{e:#}")))?;
     let wrong_type = |e: wasmtime::Error| {
-        fail(
+        (
             FailureDetail::WrongWorld,
             format!(
                 "export `{}` does not have the {} world's type: {e:#}",
                 super::registry::export_name(loaded.world),
                 loaded.world.as_str()
             ),
-            true,
         )
     };
+    let export = match loaded.world {
+        World::Transformer => Export::Transform(
+            instance
+                .get_typed_func(&mut store, loaded.export)
+                .map_err(wrong_type)?,
+        ),
+        World::Signer => Export::Sign(
+            instance
+                .get_typed_func(&mut store, loaded.export)
+                .map_err(wrong_type)?,
+        ),
+        World::Backoff => Export::Backoff(
+            instance
+                .get_typed_func(&mut store, loaded.export)
+                .map_err(wrong_type)?,
+        ),
+    };
+    let initial_memory_bytes = store.data().limiter.used_bytes();
+    Ok(PluginInstance {
+        store,
+        export,
+        initial_memory_bytes,
+        calls: 0,
+    })
+}
 
-    let output = match input {
-        CallInput::Transform {
-            endpoint,
-            event,
-            delivery,
-            message,
-        } => {
-            let func = instance
-                .get_typed_func::<(EndpointInfo, EventInfo, DeliveryInfo, Message), (Result<Outcome, PluginError>,)>(
-                    &mut store,
-                    &loaded.export,
-                )
-                .map_err(wrong_type)?;
+/// How a call that did not succeed ended: the export returned an answer the host refuses
+/// (or the plugin's own error), or it never returned.
+enum Ended {
+    Answered(FailureDetail, String),
+    Trapped(wasmtime::Error),
+}
+
+async fn call_export(
+    instance: &mut PluginInstance,
+    limits: &PluginLimits,
+    input: CallInput,
+) -> Result<CallOutput, Ended> {
+    let store = &mut instance.store;
+    let output = match (&instance.export, input) {
+        (
+            Export::Transform(func),
+            CallInput::Transform {
+                endpoint,
+                event,
+                delivery,
+                message,
+            },
+        ) => {
             let (answer,) = func
-                .call_async(&mut store, (endpoint, event, delivery, message))
+                .call_async(&mut *store, (endpoint, event, delivery, message))
                 .await
-                .map_err(|e| trapped(e, false))?;
+                .map_err(Ended::Trapped)?;
             match answer {
-                Err(e) => return Err(fail(FailureDetail::Plugin, plugin_error_text(&e), false)),
+                Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
                 Ok(Outcome::Forward(message)) => {
                     check_output(limits, &message.headers, message.body.len())
-                        .map_err(|(d, m)| fail(d, m, false))?;
+                        .map_err(|(d, m)| Ended::Answered(d, m))?;
                     CallOutput::Transform(TransformResult::Forward {
                         headers: message.headers,
                         body: Bytes::from(message.body),
                     })
                 }
                 Ok(Outcome::Drop(reason)) => {
-                    check_output(limits, &[], reason.len()).map_err(|(d, m)| fail(d, m, false))?;
+                    check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
                     CallOutput::Transform(TransformResult::Drop { reason })
                 }
             }
         }
-        CallInput::Sign {
-            endpoint,
-            delivery,
-            message,
-        } => {
-            let func = instance
-                .get_typed_func::<(EndpointInfo, DeliveryInfo, Message, Resource<SigningKey>), (Result<Headers, PluginError>,)>(
-                    &mut store,
-                    &loaded.export,
-                )
-                .map_err(wrong_type)?;
-            let Some(primary) = store.data().keys.primary().cloned() else {
-                return Err(fail(
-                    FailureDetail::BadSecret,
-                    "the endpoint has no secret for its signer".to_owned(),
-                    false,
-                ));
+        (
+            Export::Sign(func),
+            CallInput::Sign {
+                endpoint,
+                delivery,
+                message,
+            },
+        ) => {
+            let key = match store.data_mut().hand_over_primary_key() {
+                None => {
+                    return Err(Ended::Answered(
+                        FailureDetail::BadSecret,
+                        "the endpoint has no secret for its signer".to_owned(),
+                    ));
+                }
+                Some(Err(e)) => {
+                    return Err(Ended::Answered(
+                        FailureDetail::Trap,
+                        format!("cannot hand the key over: {e:#}"),
+                    ));
+                }
+                // Lent as a borrow: lowering an owned `Resource` into a `borrow` parameter
+                // would register it in the store's handle table for good, and a reused store
+                // would run out of handles after 100 000 calls. The key stays in the resource
+                // table until `end_call` deletes it.
+                Some(Ok(key)) => Resource::new_borrow(key.rep()),
             };
-            let key = store.data_mut().table().push(primary).map_err(|e| {
-                fail(
-                    FailureDetail::Trap,
-                    format!("cannot hand the key over: {e}"),
-                    false,
-                )
-            })?;
             let (answer,) = func
-                .call_async(&mut store, (endpoint, delivery, message, key))
+                .call_async(&mut *store, (endpoint, delivery, message, key))
                 .await
-                .map_err(|e| trapped(e, false))?;
+                .map_err(Ended::Trapped)?;
             match answer {
-                Err(e) => return Err(fail(FailureDetail::Plugin, plugin_error_text(&e), false)),
+                Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
                 Ok(headers) => {
-                    check_output(limits, &headers, 0).map_err(|(d, m)| fail(d, m, false))?;
+                    check_output(limits, &headers, 0).map_err(|(d, m)| Ended::Answered(d, m))?;
                     CallOutput::Sign(headers)
                 }
             }
         }
-        CallInput::Backoff(context) => {
-            let func = instance
-                .get_typed_func::<(RetryContext,), (Result<Decision, PluginError>,)>(
-                    &mut store,
-                    &loaded.export,
-                )
-                .map_err(wrong_type)?;
+        (Export::Backoff(func), CallInput::Backoff(context)) => {
             let (answer,) = func
-                .call_async(&mut store, (context,))
+                .call_async(&mut *store, (context,))
                 .await
-                .map_err(|e| trapped(e, false))?;
+                .map_err(Ended::Trapped)?;
             match answer {
-                Err(e) => return Err(fail(FailureDetail::Plugin, plugin_error_text(&e), false)),
+                Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
                 Ok(Decision::RetryInMs(ms)) => {
                     let wait = Duration::from_millis(ms).min(limits.max_backoff_delay);
                     CallOutput::Backoff(PluginBackoffDecision::RetryIn(wait))
                 }
                 Ok(Decision::GiveUp(reason)) => {
-                    check_output(limits, &[], reason.len()).map_err(|(d, m)| fail(d, m, false))?;
+                    check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
                     CallOutput::Backoff(PluginBackoffDecision::GiveUp(reason))
                 }
             }
+        }
+        // `run` checked the world against the plugin's, and an instance's export is its
+        // plugin's world's.
+        _ => {
+            return Err(Ended::Answered(
+                FailureDetail::WrongWorld,
+                "the call's arguments are for another world than the instance's export".to_owned(),
+            ));
         }
     };
     Ok(output)

@@ -166,14 +166,17 @@ pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckRep
     let compile_time = started.elapsed();
     let (input, keys) = sample_input(loaded.world);
     let started = Instant::now();
+    let config = empty_config();
     let result = block_on_side(call::run(
         compiler.engine(),
         &loaded,
         limits,
-        empty_config(),
+        &config,
         keys,
         input,
-    ))?;
+        None,
+    ))?
+    .result;
     let sample_time = started.elapsed();
     let sample = match result {
         Ok(output) => Ok(describe(&output)),

@@ -40,8 +40,9 @@ impl Drop for PluginEngine {
 }
 
 impl PluginEngine {
-    /// Builds the engine: pooling allocator sized for `limits.max_concurrent_calls` (plus
-    /// headroom for validation calls) where the address space allows, else on-demand
+    /// Builds the engine: pooling allocator sized for `limits.max_concurrent_calls` plus
+    /// `limits.idle_instances` (plus headroom for validation calls) where the address space
+    /// allows, else on-demand
     /// allocation; then starts the epoch ticker thread, which stops when this is dropped.
     pub(crate) fn new(limits: &PluginLimits) -> anyhow::Result<Self> {
         let (engine, pooling) = match Engine::new(&config(limits, true)) {
@@ -84,7 +85,11 @@ fn config(limits: &PluginLimits, pooling: bool) -> Config {
     config.wasm_component_model(true);
     config.parallel_compilation(true);
     if pooling {
-        let slots = limits.max_concurrent_calls.saturating_add(VALIDATION_SLOTS);
+        // Idle instances kept for reuse hold their slots while they wait.
+        let slots = limits
+            .max_concurrent_calls
+            .saturating_add(limits.idle_instances)
+            .saturating_add(VALIDATION_SLOTS);
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(slots)
             .total_core_instances(slots.saturating_mul(POOL_CORE_INSTANCES_PER_COMPONENT))
@@ -121,7 +126,10 @@ pub(crate) struct MemoryCapExceeded {
     pub(crate) cap_bytes: usize,
 }
 
-/// The memory cap of one call, over all of the component's linear memories together.
+/// The memory cap of one instance, over all of the component's linear memories together.
+/// Memory never shrinks, so an instance reused for several calls counts everything it grew to
+/// in earlier calls too; the pool keeps only instances that grew little (see
+/// [`super::PluginLimits::reuse_max_growth_bytes`]).
 ///
 /// Growing past the cap is an error (a trap that names memory), not a refused grow: a Rust
 /// guest answers a refused grow with `unreachable`, which would read as an ordinary trap.
@@ -136,6 +144,11 @@ impl CallLimiter {
             cap_bytes,
             used_bytes: 0,
         }
+    }
+
+    /// The instance's linear memory, all memories together, in bytes.
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.used_bytes
     }
 }
 
@@ -171,7 +184,8 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
-/// Arms a store's CPU deadline: the plugin may run `call_timeout` worth of epoch ticks,
+/// Arms a store's CPU deadline for one call (again before every call of a reused instance,
+/// which replaces the previous call's deadline): the plugin may run `call_timeout` worth of epoch ticks,
 /// yielding to the async runtime at each tick, and fails with [`DeadlineExceeded`] after.
 /// Ticks spent waiting to be polled again are not counted, so a busy runtime does not eat a
 /// plugin's budget.

@@ -3,16 +3,21 @@
 //!
 //! A [`PluginHost`] owns one wasmtime `Engine` (epoch interruption driven by a ticker thread,
 //! the pooling allocator where the address space allows), a compilation cache on disk, and a
-//! registry of loaded plugins that [`PluginHost::watch`] keeps in step with the folder. Every
-//! call runs in a fresh `Store` holding only that call's binding config and keys, under a CPU
-//! deadline, a memory cap and an output cap; any failure fails only that call, as a
-//! [`PluginFailure`] whose [`FailureDetail`] the attempt log records under `plugin_error`.
+//! registry of loaded plugins that [`PluginHost::watch`] keeps in step with the folder, and a
+//! pool of idle instances. Every call runs in a `Store` that holds only its own binding's
+//! config (and, during the call, that call's keys): a fresh one, or an idle instance that
+//! served earlier calls of the very same binding (plugin version, endpoint, config), so a
+//! plugin may see state it kept itself but never another endpoint's. Each call runs under a
+//! CPU deadline, a memory cap and an output cap; any failure fails only that call, as a
+//! [`PluginFailure`] whose [`FailureDetail`] the attempt log records under `plugin_error`, and
+//! drops the instance that failed (only the plugin's own `plugin-error` keeps it).
 
 mod bindings;
 mod call;
 mod check;
 mod host;
 mod limits;
+mod pool;
 mod registry;
 mod watch;
 
@@ -29,18 +34,22 @@ use serde::Serialize;
 
 pub use check::{CheckReport, check_file};
 pub use host::crypto::{BadSecret, SigningKey};
+pub use pool::InstanceStats;
 
 use crate::model::{PluginBinding, Secret, Timestamp};
-use call::{CallError, CallInput, CallOutput};
+use call::{CallError, CallInput, CallOutput, Finished};
+use pool::{BindingKey, InstancePool};
 use registry::{Compiler, Loaded, PluginMap};
 
 /// The limits every plugin call runs under.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginLimits {
-    /// CPU time one call may use (instantiation included), enforced with epoch ticks of
-    /// 2 ms: a call is stopped within a tick of its deadline and fails with `timeout`.
+    /// CPU time one call may use (instantiation included, when the call needs a new
+    /// instance), enforced with epoch ticks of 2 ms: a call is stopped within a tick of its
+    /// deadline and fails with `timeout`.
     pub call_timeout: Duration,
-    /// Linear memory one call may grow to, all of the component's memories together.
+    /// Linear memory one instance may grow to, all of the component's memories together. A
+    /// reused instance counts what it grew to in its earlier calls.
     pub memory_bytes: usize,
     /// Bytes one call may answer: header names and values plus body (or a drop / give-up
     /// reason).
@@ -53,6 +62,17 @@ pub struct PluginLimits {
     /// The longest wait a backoff plugin may ask for; longer answers are clamped to it. The
     /// retry policy's own limits (attempt count, deadline) still apply after this.
     pub max_backoff_delay: Duration,
+    /// Plugin instances kept idle across the host for reuse by the next call of the same
+    /// binding (plugin version, endpoint, plugin config); the least recently used goes first
+    /// when more would be kept. Instantiating costs far more than a small call, so reuse is
+    /// what makes plugin calls cheap. 0 turns reuse off: every call gets a fresh instance.
+    /// Also sizes the pooling allocator, since idle instances keep their slots.
+    pub idle_instances: u32,
+    /// An instance whose linear memory grew more than this beyond its size when it was
+    /// created is dropped after its call instead of being reused. Memory never shrinks, so
+    /// this bounds what idle instances keep resident and how much of the memory cap a reused
+    /// instance has already spent.
+    pub reuse_max_growth_bytes: usize,
 }
 
 impl Default for PluginLimits {
@@ -64,6 +84,8 @@ impl Default for PluginLimits {
             log_lines_per_call: 20,
             max_concurrent_calls: 64,
             max_backoff_delay: Duration::from_secs(72 * 3600),
+            idle_instances: 32,
+            reuse_max_growth_bytes: 4 << 20,
         }
     }
 }
@@ -268,6 +290,8 @@ struct Inner {
     rejected: std::sync::Mutex<HashMap<String, [u8; 32]>>,
     calls: tokio::sync::Semaphore,
     validations: tokio::sync::Semaphore,
+    /// Idle instances of the loaded versions, for the next call of their binding.
+    pool: InstancePool,
     /// Bumped after every rescan that changed the registry or rejected a file.
     changes: tokio::sync::watch::Sender<u64>,
     // Declared last: dropping it stops the ticker after everything compiled for it is gone.
@@ -288,6 +312,7 @@ impl PluginHost {
         let compiler = Compiler::new(&engine.engine, Some(&cache_dir))?;
         let calls = tokio::sync::Semaphore::new(limits.max_concurrent_calls.max(1) as usize);
         let validations = tokio::sync::Semaphore::new(limits::VALIDATION_SLOTS as usize);
+        let pool = InstancePool::new(limits.idle_instances);
         let host = PluginHost {
             inner: Arc::new(Inner {
                 dir,
@@ -297,6 +322,7 @@ impl PluginHost {
                 rejected: std::sync::Mutex::new(HashMap::new()),
                 calls,
                 validations,
+                pool,
                 changes: tokio::sync::watch::channel(0).0,
                 engine,
             }),
@@ -351,6 +377,12 @@ impl PluginHost {
             hits: self.inner.compiler.cache_hits.load(Ordering::Relaxed),
             misses: self.inner.compiler.cache_misses.load(Ordering::Relaxed),
         }
+    }
+
+    /// How many instances calls created, how many calls an idle instance served instead, and
+    /// how many instances wait for reuse now.
+    pub fn instance_stats(&self) -> InstanceStats {
+        self.inner.pool.stats()
     }
 
     /// A receiver that changes whenever a rescan of the folder loaded, replaced, removed or
@@ -488,16 +520,48 @@ impl PluginHost {
             message: "the plugin host is shutting down".to_owned(),
         })?;
         let started = std::time::Instant::now();
-        let config = Arc::new(binding.config.clone());
-        let result = call::run(
+        let key = input.endpoint().map(|endpoint| BindingKey {
+            load_id: loaded.load_id,
+            endpoint_name: &endpoint.name,
+            endpoint_url: &endpoint.url,
+            config: &binding.config,
+        });
+        let idle = key.as_ref().and_then(|key| self.inner.pool.take(key));
+        if idle.is_none() {
+            self.inner.pool.count_instantiated();
+        }
+        // The key borrows from `input`, which the call consumes: keep what the pool needs.
+        let owned_key = key.map(|key| (key.endpoint_name.to_owned(), key.endpoint_url.to_owned()));
+        let Finished { result, reusable } = call::run(
             &self.inner.engine.engine,
             &loaded,
             &self.inner.limits,
-            config,
+            &binding.config,
             keys,
             input,
+            idle,
         )
         .await;
+        if let (Some(instance), Some((endpoint_name, endpoint_url))) = (reusable, owned_key) {
+            // Only the version that is loaded now gets instances back: a call that started
+            // before a reload finishes on the old version, and its instance goes with it. (A
+            // reload between this check and the put leaves one instance no call will match,
+            // until the least-recently-used rule drops it.)
+            if self
+                .lookup(&name)
+                .is_some_and(|current| current.load_id == loaded.load_id)
+            {
+                self.inner.pool.put(
+                    &BindingKey {
+                        load_id: loaded.load_id,
+                        endpoint_name: &endpoint_name,
+                        endpoint_url: &endpoint_url,
+                        config: &binding.config,
+                    },
+                    instance,
+                );
+            }
+        }
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.failure.detail.as_str(),
@@ -519,6 +583,6 @@ fn unreachable_output<T>(binding: &PluginBinding, output: CallOutput) -> Result<
 
 /// The binding config a validation or check call runs with: empty, as a binding without
 /// config would have.
-fn empty_config() -> Arc<BTreeMap<String, String>> {
-    Arc::new(BTreeMap::new())
+fn empty_config() -> BTreeMap<String, String> {
+    BTreeMap::new()
 }

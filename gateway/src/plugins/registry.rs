@@ -21,8 +21,11 @@ use super::bindings;
 use super::host::CallState;
 use crate::model::{PluginBinding, Timestamp};
 
-/// One compiled, validated plugin version, ready to be instantiated once per call.
+/// One compiled, validated plugin version, ready to be instantiated.
 pub(crate) struct Loaded {
+    /// Unique per load, even of the same file content twice: the instance pool keys idle
+    /// instances by it, so a reload never hands out the previous load's instances.
+    pub(crate) load_id: u64,
     pub(crate) name: String,
     pub(crate) world: World,
     pub(crate) sha256: [u8; 32],
@@ -34,6 +37,7 @@ pub(crate) struct Loaded {
     pub(crate) compile_time: Duration,
     pub(crate) from_cache: bool,
     pub(crate) pre: InstancePre<CallState>,
+    /// The world's export, looked up once: instances type-check it by index, not by name.
     pub(crate) export: ComponentExportIndex,
 }
 
@@ -55,6 +59,8 @@ pub(crate) struct Compiler {
     artifacts_dir: Option<PathBuf>,
     pub(crate) cache_hits: AtomicU64,
     pub(crate) cache_misses: AtomicU64,
+    /// The next [`Loaded::load_id`].
+    next_load_id: AtomicU64,
 }
 
 impl Compiler {
@@ -84,6 +90,7 @@ impl Compiler {
             artifacts_dir,
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
+            next_load_id: AtomicU64::new(1),
         })
     }
 
@@ -132,6 +139,7 @@ impl Compiler {
         })?;
         let hex = hex::encode(sha256);
         Ok(Loaded {
+            load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
             name: PluginBinding::normalize_name(name),
             world,
             sha256,

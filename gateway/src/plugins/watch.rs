@@ -134,7 +134,10 @@ impl PluginHost {
             .expect("rejected-files lock poisoned")
             .retain(|name, _| present.contains(name));
         if changed {
+            let live: HashSet<u64> = next.values().map(|loaded| loaded.load_id).collect();
             self.inner.registry.store(Arc::new(next));
+            // Idle instances of replaced or deleted versions would never be taken again.
+            self.inner.pool.retain_versions(|load_id| live.contains(&load_id));
             self.inner.changes.send_modify(|generation| *generation += 1);
         }
         Ok(())
@@ -186,15 +189,18 @@ impl PluginHost {
             .await
             .map_err(|_| anyhow::anyhow!("the plugin host is shutting down"))?;
         let (input, keys) = sample_input(loaded.world);
+        // A fresh instance, dropped after the call: the sample is not any binding's call.
         let result = call::run(
             &self.inner.engine.engine,
             loaded,
             &self.inner.limits,
-            empty_config(),
+            &empty_config(),
             keys,
             input,
+            None,
         )
-        .await;
+        .await
+        .result;
         match result {
             Ok(_) => Ok(()),
             Err(CallError {

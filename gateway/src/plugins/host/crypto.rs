@@ -64,22 +64,44 @@ impl SigningKey {
     }
 }
 
-/// The keys of one call: the first is handed to `sign`, the rest are the rotating keys.
+/// The keys of the call an instance is running: the first is handed to `sign`, the rest are
+/// the rotating keys. Empty between calls.
+#[derive(Default)]
 pub(crate) struct CallKeys {
     keys: Vec<SigningKey>,
     rotating_keys_calls: u32,
+    /// Resource-table slots of the key handles given out during this call; the host deletes
+    /// them when the call ends.
+    handed_out: Vec<u32>,
 }
 
 impl CallKeys {
-    pub(crate) fn new(keys: Vec<SigningKey>) -> Self {
-        CallKeys {
-            keys,
-            rotating_keys_calls: 0,
-        }
+    pub(crate) fn begin_call(&mut self, keys: Vec<SigningKey>) {
+        self.keys = keys;
+        self.rotating_keys_calls = 0;
+        self.handed_out.clear();
     }
 
-    pub(crate) fn primary(&self) -> Option<&SigningKey> {
-        self.keys.first()
+    /// Forgets the call's keys and yields the table slots of the handles it was given.
+    pub(crate) fn end_call(&mut self) -> impl Iterator<Item = u32> + '_ {
+        self.keys.clear();
+        self.rotating_keys_calls = 0;
+        self.handed_out.drain(..)
+    }
+}
+
+impl CallState {
+    /// Puts the call's primary key (the newest secret's) into the resource table, for `sign`'s
+    /// `key` argument. `None` when the endpoint has no secret.
+    pub(crate) fn hand_over_primary_key(&mut self) -> Option<wasmtime::Result<Resource<SigningKey>>> {
+        let primary = self.keys.keys.first()?.clone();
+        Some(self.push_key(primary))
+    }
+
+    fn push_key(&mut self, key: SigningKey) -> wasmtime::Result<Resource<SigningKey>> {
+        let handle = self.table().push(key)?;
+        self.keys.handed_out.push(handle.rep());
+        Ok(handle)
     }
 }
 
@@ -121,7 +143,7 @@ impl Host for CallState {
         let rest: Vec<SigningKey> = self.keys.keys.iter().skip(1).cloned().collect();
         let mut handles = Vec::with_capacity(rest.len());
         for key in rest {
-            handles.push(self.table().push(key)?);
+            handles.push(self.push_key(key)?);
         }
         Ok(handles)
     }

@@ -14,6 +14,7 @@ pub(crate) const LOG_LINE_MAX_BYTES: usize = 1024;
 pub(crate) struct CallLog {
     plugin: Arc<str>,
     version: Arc<str>,
+    lines_per_call: u32,
     lines_left: u32,
     /// Lines dropped because the budget ran out; reported once when the call ends.
     dropped_lines: u32,
@@ -24,16 +25,20 @@ impl CallLog {
         CallLog {
             plugin,
             version,
+            lines_per_call,
             lines_left: lines_per_call,
             dropped_lines: 0,
         }
     }
-}
 
-/// Dropped with the call's store, however the call ended: says, once, how many lines the
-/// plugin wrote over its budget.
-impl Drop for CallLog {
-    fn drop(&mut self) {
+    /// A reused instance's next call gets the whole budget again.
+    pub(crate) fn begin_call(&mut self) {
+        self.lines_left = self.lines_per_call;
+        self.dropped_lines = 0;
+    }
+
+    /// Says, once, how many lines the call that just ended wrote over its budget.
+    pub(crate) fn end_call(&mut self) {
         if self.dropped_lines > 0 {
             tracing::warn!(
                 plugin = %self.plugin,
@@ -41,7 +46,16 @@ impl Drop for CallLog {
                 dropped_lines = self.dropped_lines,
                 "plugin wrote more log lines than one call may; the rest were dropped"
             );
+            self.dropped_lines = 0;
         }
+    }
+}
+
+/// Dropped with the store: a call that did not end normally (a trap, a deadline, a cancelled
+/// call) is reported here, since its instance is dropped instead of ending the call.
+impl Drop for CallLog {
+    fn drop(&mut self) {
+        self.end_call();
     }
 }
 
@@ -94,14 +108,22 @@ mod tests {
             Arc::from("chatty"),
             Arc::from("0123456789ab"),
             Arc::new(BTreeMap::new()),
-            Vec::new(),
             &limits,
         );
+        state.begin_call(Vec::new());
         for n in 0..5 {
             Host::log(&mut state, Level::Info, format!("line {n}")).unwrap();
         }
         assert_eq!(state.log.lines_left, 0);
         assert_eq!(state.log.dropped_lines, 3);
+        state.end_call();
+        assert_eq!(state.log.dropped_lines, 0);
+
+        // The next call of a reused instance has the whole budget again.
+        state.begin_call(Vec::new());
+        assert_eq!(state.log.lines_left, 2);
+        Host::log(&mut state, Level::Info, "again".to_owned()).unwrap();
+        assert_eq!(state.log.lines_left, 1);
     }
 
     #[test]

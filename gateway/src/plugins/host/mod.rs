@@ -1,8 +1,10 @@
-//! What one plugin call's `Store` holds, and the host side of the plugin imports
+//! What a plugin instance's `Store` holds, and the host side of the plugin imports
 //! (`log`, `config`, `crypto`, and a deny-everything WASI).
 //!
-//! Each call gets a fresh [`CallState`] built from that call's binding and secrets only, which
-//! is why a plugin can never see another endpoint's config or key: they are not in its store.
+//! A [`CallState`] is built for one binding (its config) and serves only calls of that binding,
+//! possibly several in a row when the instance is reused (see [`super::pool`]); the keys are
+//! handed in per call and taken out again when the call ends. That is why a plugin can never
+//! see another endpoint's config or key: they are never in its store.
 
 pub(crate) mod config;
 pub(crate) mod crypto;
@@ -12,17 +14,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::p2::pipe::SinkOutputStream;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::limits::CallLimiter;
 use crate::plugins::PluginLimits;
 
-/// Bytes of standard output (and, separately, standard error) a plugin may write per call.
-/// Writes past this fail inside the guest; nothing written there reaches the gateway's log.
-pub(crate) const STDIO_CAPTURE_BYTES: usize = 4096;
-
-/// The data of one plugin call's `Store`.
+/// The data of one plugin instance's `Store`: the binding it serves, and the state of the call
+/// it is running.
 pub(crate) struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -33,13 +32,12 @@ pub(crate) struct CallState {
 }
 
 impl CallState {
-    /// A store's data for one call of plugin `plugin` (at `version`) with the binding's
-    /// `config` and, for signers, the endpoint's derived keys.
+    /// A store's data for calls of plugin `plugin` (at `version`) with the binding's `config`.
+    /// It holds no keys until [`CallState::begin_call`] hands them in.
     pub(crate) fn new(
         plugin: Arc<str>,
         version: Arc<str>,
         config: Arc<BTreeMap<String, String>>,
-        keys: Vec<crypto::SigningKey>,
         limits: &PluginLimits,
     ) -> Self {
         CallState {
@@ -47,8 +45,31 @@ impl CallState {
             table: ResourceTable::new(),
             limiter: CallLimiter::new(limits.memory_bytes),
             config,
-            keys: crypto::CallKeys::new(keys),
+            keys: crypto::CallKeys::default(),
             log: log::CallLog::new(plugin, version, limits.log_lines_per_call),
+        }
+    }
+
+    /// Starts a call: hands in its keys (for a signer, the endpoint's, newest first) and a
+    /// fresh log budget.
+    pub(crate) fn begin_call(&mut self, keys: Vec<crypto::SigningKey>) {
+        self.keys.begin_call(keys);
+        self.log.begin_call();
+    }
+
+    /// Ends a call that returned normally: reports the log lines it dropped, and takes its
+    /// keys back, deleting every key handle the call was given from the resource table, so
+    /// that nothing of this call's keys is reachable from the next call. A handle the plugin
+    /// kept (a leaked rotating key) then names nothing, and using it traps.
+    pub(crate) fn end_call(&mut self) {
+        self.log.end_call();
+        for handle in self.keys.end_call() {
+            let key = wasmtime::component::Resource::<crypto::SigningKey>::new_own(handle);
+            // Check the type before deleting: the guest may have dropped the key already and
+            // the slot may now hold one of its WASI resources, which must stay.
+            if self.table.get(&key).is_ok() {
+                let _ = self.table.delete(key);
+            }
         }
     }
 
@@ -71,18 +92,66 @@ impl WasiView for CallState {
 
 /// WASI as a plugin sees it: no preopened directories (so no files), no sockets and no name
 /// lookups (so no network), no environment variables, no arguments, empty stdin, and stdout /
-/// stderr captured into small capped buffers that are dropped with the store. Clocks and
+/// stderr that accept every write and discard it (nothing written there reaches the gateway's
+/// log or is kept in memory, however many calls an instance serves). Clocks and
 /// random stay available because language runtimes need them to start (hash-map seeds,
 /// allocator setup); the contract still passes time in as `now-ms` so plugins do not depend
 /// on them.
 fn deny_everything_wasi() -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
     builder
-        .stdout(MemoryOutputPipe::new(STDIO_CAPTURE_BYTES))
-        .stderr(MemoryOutputPipe::new(STDIO_CAPTURE_BYTES))
+        .stdout(SinkOutputStream)
+        .stderr(SinkOutputStream)
         .allow_ip_name_lookup(false)
         .allow_tcp(false)
         .allow_udp(false)
         .socket_addr_check(|_, _| Box::pin(async { false }));
     builder.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Secret;
+    use crate::plugins::bindings::crypto::Host as _;
+    use wasmtime::component::Resource;
+
+    fn key(secret: &str) -> crypto::SigningKey {
+        crypto::SigningKey::from_secret(&Secret::new(secret)).unwrap()
+    }
+
+    #[test]
+    fn ending_a_call_deletes_every_key_handle_it_was_given_and_nothing_else() {
+        let mut state = CallState::new(
+            Arc::from("signer"),
+            Arc::from("0123456789ab"),
+            Arc::new(BTreeMap::new()),
+            &PluginLimits::default(),
+        );
+        // Something of the instance's own (a WASI resource, say) lives in the same table.
+        let own = state.table.push(String::from("stream")).unwrap();
+
+        state.begin_call(vec![key("new"), key("old")]);
+        let primary = state.hand_over_primary_key().unwrap().unwrap();
+        let rotating = state.rotating_keys().unwrap();
+        assert_eq!(rotating.len(), 1);
+        let rotating_rep = rotating[0].rep();
+        state.end_call();
+
+        let gone = |state: &mut CallState, rep: u32| {
+            state
+                .table
+                .get(&Resource::<crypto::SigningKey>::new_own(rep))
+                .is_err()
+        };
+        assert!(gone(&mut state, primary.rep()));
+        assert!(gone(&mut state, rotating_rep));
+        assert_eq!(state.table.get(&own).unwrap(), "stream");
+
+        // The next call has its own keys only, and no handle for a missing secret.
+        state.begin_call(Vec::new());
+        assert!(state.hand_over_primary_key().is_none());
+        assert!(state.rotating_keys().unwrap().is_empty());
+        state.end_call();
+    }
 }
