@@ -188,3 +188,129 @@ async fn kill_9_under_load_loses_no_acknowledged_event() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A config for the real binary on a free port, storing in `dir`, delivering to `endpoints`.
+fn binary_config(dir: &std::path::Path, port: u16, extra: &str, endpoints: &str) -> String {
+    format!(
+        "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {}/db/hookgate.db\nplugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{extra}topics:\n  t: {{}}\nendpoints:\n{endpoints}",
+        dir.display(),
+        dir.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_a_retry_wait_keeps_the_retry() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(503)]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("hookgate.yaml");
+    std::fs::write(
+        &config,
+        binary_config(
+            dir.path(),
+            port,
+            "policies:\n  p:\n    schedule: [0s, 1s]\n    jitter: 0\n",
+            &format!(
+                "  e:\n    url: {}\n    topics: [t]\n    policy: p\n",
+                sink.url("/")
+            ),
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("gateway.log");
+    let http = reqwest::Client::new();
+    let child = spawn_gateway(&config, &log);
+    wait_healthy(&http, &base).await;
+    let r = http
+        .post(format!("{base}/v1/topics/t/events"))
+        .json(&json!({"type": "x", "payload": {}, "id": "retry-me"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    sink.wait_for(1, WAIT).await;
+    // Wait until the failure and its planned retry are on disk, then kill before the retry.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list: serde_json::Value = http
+            .get(format!("{base}/v1/deliveries"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if list["deliveries"][0]["attempt_count"] == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first attempt was not recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(child);
+    let _again = spawn_gateway(&config, &log);
+    wait_healthy(&http, &base).await;
+    let got = sink.wait_for(2, WAIT).await;
+    assert_eq!(got[1].header("webhook-id"), "retry-me");
+    assert_eq!(got[1].header("hookgate-delivery-attempt"), "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_right_after_a_config_reload_comes_back_on_the_file() {
+    let old = Sink::start().await;
+    let new = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let config = dir.path().join("hookgate.yaml");
+    let endpoint = |sink: &Sink| format!("  e:\n    url: {}\n    topics: [t]\n", sink.url("/"));
+    std::fs::write(&config, binary_config(dir.path(), port, "", &endpoint(&old))).unwrap();
+    let log = dir.path().join("gateway.log");
+    let http = reqwest::Client::new();
+    let child = spawn_gateway(&config, &log);
+    wait_healthy(&http, &base).await;
+    let post = |id: &'static str| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            http.post(format!("{base}/v1/topics/t/events"))
+                .json(&json!({"type": "x", "payload": {}, "id": id}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(post("before").await, 202);
+    old.wait_for(1, WAIT).await;
+    // Edit the file, signal a reload, and kill at once: whatever the reload got to, the
+    // restarted gateway runs on the file, and nothing acknowledged is lost.
+    std::fs::write(&config, binary_config(dir.path(), port, "", &endpoint(&new))).unwrap();
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    drop(child);
+    let _again = spawn_gateway(&config, &log);
+    wait_healthy(&http, &base).await;
+    assert_eq!(post("after").await, 202);
+    let got = new.wait_for(1, WAIT).await;
+    assert_eq!(got[0].header("webhook-id"), "after");
+    assert_eq!(old.count(), 1);
+    let status: serde_json::Value = http
+        .get(format!("{base}/v1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(status["config_file"].as_str().unwrap().ends_with("hookgate.yaml"));
+}
