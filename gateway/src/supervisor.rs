@@ -235,7 +235,11 @@ impl Gateway {
 
         let sender = Sender::new(SenderOptions {
             allow_networks: config.delivery.allow_networks.clone(),
-            max_idle_per_host: 64,
+            // No cap of its own: idle connections are bounded by the attempts that were in
+            // flight at once (`delivery.max_in_flight`, which a reload may raise) and expire
+            // after the pool's idle timeout. A smaller cap closed and reopened connections
+            // whenever many endpoints share a host, e.g. a fan-out to one customer's API.
+            max_idle_per_host: usize::MAX,
             user_agent: format!("hookgate/{}", env!("CARGO_PKG_VERSION")),
             max_response_body_bytes: 64 * 1024,
         })

@@ -10,6 +10,7 @@ mod support;
 mod auth;
 mod backpressure;
 mod bad_input;
+mod connections;
 mod crash_recovery;
 mod dead_letter;
 mod disk_faults;

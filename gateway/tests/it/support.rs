@@ -3,6 +3,7 @@
 //! never a fixed sleep.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -69,6 +70,8 @@ struct SinkState {
     script: Mutex<VecDeque<Reply>>,
     default: Mutex<Option<Reply>>,
     notify: Notify,
+    /// TCP connections accepted so far.
+    connections: AtomicUsize,
 }
 
 /// An HTTP receiver that records every request.
@@ -118,6 +121,10 @@ impl Sink {
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let counted = state.clone();
+        let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+            counted.connections.fetch_add(1, Ordering::Relaxed);
+        });
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -144,6 +151,11 @@ impl Sink {
 
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().unwrap().clone()
+    }
+
+    /// TCP connections the sink has accepted (keep-alive reuse keeps this low).
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::Relaxed)
     }
 
     pub fn count(&self) -> usize {
