@@ -36,21 +36,64 @@ use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Outcom
 use crate::policy::{self, GiveUpReason, NextStep, RetryContext};
 use crate::store::{AttemptWrite, HealthWrite, ReadyDelivery, StateChange, Store, StoreError};
 
-/// Deliveries held in memory up to which a new or retried delivery keeps its event. Past it,
-/// an item keeps only its id and reads its event back when due, as after a restart: a backlog
-/// of a million then costs about 100 bytes per delivery instead of the whole event (RSS with
-/// 1 000 000 pending fell from 528 MiB to 167 MiB in `hookgate-bench`), while a gateway that
-/// keeps up never reads an event back.
-const KEEP_EVENTS_UP_TO: u64 = 100_000;
+/// Bytes of events held in memory by waiting deliveries up to which a new or retried delivery
+/// keeps its event. Past it, an item keeps only its id and reads its event back when due, as
+/// after a restart: a backlog of a million then costs about 100 bytes per delivery instead of
+/// the whole event (RSS with 1 000 000 pending fell from 528 MiB to 167 MiB in
+/// `hookgate-bench`), while a gateway that keeps up never reads an event back. Events, not
+/// deliveries, are counted: the deliveries of a fan-out share one event, and counting each of
+/// them made a burst of fan-out deliveries re-read the same event once per endpoint.
+const KEEP_EVENT_BYTES_UP_TO: u64 = 32 * 1024 * 1024;
+
+/// An event held in memory by waiting deliveries, counted against [`KEEP_EVENT_BYTES_UP_TO`]
+/// once however many deliveries share it, until the last of them lets go.
+#[derive(Debug)]
+pub(crate) struct HeldEvent {
+    event: Arc<Event>,
+    bytes: u64,
+    held_bytes: Arc<AtomicU64>,
+}
+
+impl HeldEvent {
+    /// Holds `event` if the budget has room; `None` when the delivery should keep only its id.
+    fn hold(event: Arc<Event>, held_bytes: &Arc<AtomicU64>) -> Option<Arc<HeldEvent>> {
+        if held_bytes.load(Ordering::Relaxed) >= KEEP_EVENT_BYTES_UP_TO {
+            return None;
+        }
+        let bytes = footprint(&event);
+        held_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Some(Arc::new(HeldEvent {
+            event,
+            bytes,
+            held_bytes: held_bytes.clone(),
+        }))
+    }
+}
+
+impl Drop for HeldEvent {
+    fn drop(&mut self) {
+        self.held_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// About what an event costs in memory: the struct, its strings and its payload.
+fn footprint(event: &Event) -> u64 {
+    let strings = event.id.len()
+        + event.topic.len()
+        + event.event_type.len()
+        + event.content_type.len()
+        + event.ordering_key.as_ref().map_or(0, String::len);
+    (std::mem::size_of::<Event>() + strings + event.payload.len()) as u64
+}
 
 /// A delivery waiting in memory. Deliveries ingested by this process keep their event (while
-/// the queue is below [`KEEP_EVENTS_UP_TO`]), so their first attempt needs no read; rebuilt
-/// ones load it when due.
+/// the held events stay below [`KEEP_EVENT_BYTES_UP_TO`]), so their first attempt needs no
+/// read; rebuilt ones load it when due.
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
     id: DeliveryId,
     endpoint: Arc<str>,
-    event: Option<Arc<Event>>,
+    event: Option<Arc<HeldEvent>>,
     round: u32,
     attempts_made: u32,
     ordering_key: Option<Arc<str>>,
@@ -249,6 +292,7 @@ impl Scheduler {
             armed_deadlines: HashMap::new(),
             changes: changes_tx,
             changes_rx: Some(changes_rx),
+            held_bytes: Arc::new(AtomicU64::new(0)),
             publisher: None,
             runtime: tokio::runtime::Handle::current(),
         };
@@ -415,6 +459,8 @@ struct Actor {
     armed_deadlines: HashMap<Arc<str>, Timestamp>,
     changes: mpsc::UnboundedSender<StateChange>,
     changes_rx: Option<mpsc::UnboundedReceiver<StateChange>>,
+    /// What the events held by waiting deliveries cost ([`HeldEvent`]).
+    held_bytes: Arc<AtomicU64>,
     publisher: Option<Publisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     runtime: tokio::runtime::Handle,
@@ -486,18 +532,24 @@ impl Actor {
         match cmd {
             Command::Enqueue(ready) => {
                 let now = self.clock.now();
+                let mut last_held: Option<(Arc<Event>, Option<Arc<HeldEvent>>)> = None;
                 for r in ready {
                     if !self.receives_events(&r.endpoint) {
                         // Fanned out before the endpoint was paused: it never gets this one.
                         self.fail_unsent(r.id, ErrorKind::EndpointPaused, now);
                         continue;
                     }
-                    let keep_event = self.shared.queued.load(Ordering::Relaxed) < KEEP_EVENTS_UP_TO;
+                    // The deliveries of a fan-out arrive together and share their event.
+                    let held = match &last_held {
+                        Some((event, held)) if Arc::ptr_eq(event, &r.event) => held.clone(),
+                        _ => HeldEvent::hold(r.event.clone(), &self.held_bytes),
+                    };
+                    last_held = Some((r.event.clone(), held.clone()));
                     let item = Item {
                         id: r.id,
                         ordering_key: r.event.ordering_key.as_deref().map(Arc::from),
                         endpoint: r.endpoint,
-                        event: keep_event.then_some(r.event),
+                        event: held,
                         round: r.round,
                         attempts_made: r.attempts_made,
                         previous_delay: None,
@@ -603,7 +655,7 @@ impl Actor {
         let runtime = self.runtime.clone();
         self.tasks.spawn_on(async move {
             let event = match &item.event {
-                Some(e) => e.clone(),
+                Some(held) => held.event.clone(),
                 None => match store.delivery_for_attempt(item.id).await {
                     Ok(Some(d)) if d.status == DeliveryStatus::Pending && d.round == item.round => d.event,
                     Ok(_) => return Finished { item, report: None, skipped: Some(Skip::Gone), event: None },
@@ -785,8 +837,9 @@ impl Actor {
         match next_at {
             Some(at) if status == DeliveryStatus::Pending => {
                 item.attempts_made = n;
-                item.event =
-                    (self.shared.queued.load(Ordering::Relaxed) < KEEP_EVENTS_UP_TO).then_some(event);
+                if item.event.is_none() {
+                    item.event = HeldEvent::hold(event, &self.held_bytes);
+                }
                 item.previous_delay = Some(at.since(now));
                 // Keeps its ordering key busy: the next event of the key waits for this one.
                 self.push_due(item, at);
@@ -1002,5 +1055,49 @@ impl Actor {
         for (name, h) in endpoints {
             self.arm_health_timer(&name, &h);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(payload_bytes: usize) -> Arc<Event> {
+        Arc::new(Event {
+            id: "evt_1".into(),
+            topic: "orders".into(),
+            event_type: "order.created".into(),
+            content_type: "application/json".into(),
+            payload: bytes::Bytes::from(vec![b'x'; payload_bytes]),
+            ordering_key: None,
+            received_at: Timestamp::from_millis(0),
+        })
+    }
+
+    #[test]
+    fn a_shared_event_is_counted_once_and_released_by_its_last_holder() {
+        let held_bytes = Arc::new(AtomicU64::new(0));
+        let e = event(1000);
+        let held = HeldEvent::hold(e.clone(), &held_bytes).expect("room in the budget");
+        let one_event = held_bytes.load(Ordering::Relaxed);
+        assert_eq!(one_event, footprint(&e));
+        assert!(one_event >= 1000);
+
+        // Ten deliveries of a fan-out share the holder: still one event's worth.
+        let siblings: Vec<_> = (0..10).map(|_| held.clone()).collect();
+        drop(held);
+        assert_eq!(held_bytes.load(Ordering::Relaxed), one_event);
+        drop(siblings);
+        assert_eq!(held_bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn past_the_budget_a_delivery_keeps_only_its_id() {
+        let held_bytes = Arc::new(AtomicU64::new(0));
+        let big = event(KEEP_EVENT_BYTES_UP_TO as usize);
+        let first = HeldEvent::hold(big, &held_bytes).expect("an empty budget takes one event");
+        assert!(HeldEvent::hold(event(10), &held_bytes).is_none());
+        drop(first);
+        assert!(HeldEvent::hold(event(10), &held_bytes).is_some());
     }
 }
