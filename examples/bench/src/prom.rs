@@ -1,10 +1,12 @@
-//! Reads one histogram out of the gateway's Prometheus text, and quantiles out of the
+//! Reads one histogram out of the gateway's Prometheus text, and quantiles and sums out of the
 //! difference of two readings (so that only what happened between them counts).
 
 /// Cumulative bucket counts by upper edge, ascending; the last edge is `+Inf`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Histogram {
     pub(crate) buckets: Vec<(f64, u64)>,
+    /// The sum of every recorded value (`<name>_sum`).
+    pub(crate) sum: f64,
 }
 
 impl Histogram {
@@ -25,7 +27,12 @@ impl Histogram {
             })
             .collect();
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        Histogram { buckets }
+        let sum_prefix = format!("{name}_sum ");
+        let sum = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&sum_prefix)?.trim().parse().ok())
+            .unwrap_or(0.0);
+        Histogram { buckets, sum }
     }
 
     /// What was recorded after `earlier` was read.
@@ -43,6 +50,7 @@ impl Histogram {
                 .iter()
                 .map(|(edge, count)| (*edge, count.saturating_sub(before(*edge))))
                 .collect(),
+            sum: self.sum - earlier.sum,
         }
     }
 
@@ -81,14 +89,22 @@ mod tests {
         assert_eq!(h.quantile_upper_edge(0.5), Some(0.0015));
         assert_eq!(h.quantile_upper_edge(0.99), Some(0.0025));
         assert_eq!(h.quantile_upper_edge(1.0), Some(f64::INFINITY));
+        assert_eq!(h.sum, 0.1);
     }
 
     #[test]
     fn the_difference_counts_only_what_came_after() {
         let before = Histogram::parse(TEXT, "x");
-        let after = Histogram::parse(&TEXT.replace("} 100", "} 110").replace("} 99", "} 109"), "x");
+        let after = Histogram::parse(
+            &TEXT
+                .replace("} 100", "} 110")
+                .replace("} 99", "} 109")
+                .replace("x_sum 0.1", "x_sum 0.35"),
+            "x",
+        );
         let d = after.since(&before);
         assert_eq!(d.count(), 10);
+        assert!((d.sum - 0.25).abs() < 1e-12);
         assert_eq!(d.quantile_upper_edge(0.5), Some(0.0025));
         assert_eq!(Histogram::default().quantile_upper_edge(0.5), None);
     }
