@@ -125,6 +125,10 @@ impl Reloader {
                 new.server.body_timeout != old.server.body_timeout,
             ),
             ("storage.path", new.storage.path != old.storage.path),
+            (
+                "delivery.ca_certs",
+                new.delivery.extra_roots != old.delivery.extra_roots,
+            ),
             ("plugins.dir", new.plugins.dir != old.plugins.dir),
         ] {
             if differs {
@@ -138,6 +142,8 @@ impl Reloader {
         new.server.header_timeout = old.server.header_timeout;
         new.server.body_timeout = old.server.body_timeout;
         new.storage.path = old.storage.path.clone();
+        new.delivery.ca_certs = old.delivery.ca_certs.clone();
+        new.delivery.extra_roots = old.delivery.extra_roots.clone();
         if new.storage.max_size_bytes != old.storage.max_size_bytes {
             // Through the writer, between two commits: raising the cap is how a full store
             // gets room again, without a restart.
@@ -240,6 +246,7 @@ impl Gateway {
             // after the pool's idle timeout. A smaller cap closed and reopened connections
             // whenever many endpoints share a host, e.g. a fan-out to one customer's API.
             max_idle_per_host: usize::MAX,
+            extra_roots: config.delivery.extra_roots.clone(),
             user_agent: format!("hookgate/{}", env!("CARGO_PKG_VERSION")),
             max_response_body_bytes: 64 * 1024,
         })

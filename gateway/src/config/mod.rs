@@ -19,6 +19,7 @@ use std::time::Duration;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use http::{HeaderName, HeaderValue, Uri};
 use ipnet::IpNet;
+use rustls::pki_types::CertificateDer;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -158,6 +159,10 @@ pub struct RawDelivery {
     pub max_in_flight: Option<u32>,
     /// Attempts in flight at once per endpoint, unless the endpoint says otherwise. Default 16.
     pub max_in_flight_per_endpoint: Option<u32>,
+    /// PEM files of certificate authorities trusted for `https` endpoints besides Mozilla's
+    /// roots, e.g. a company's internal CA. Read at start; a change needs a restart.
+    #[serde(default)]
+    pub ca_certs: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -308,6 +313,10 @@ pub struct DeliveryConfig {
     pub allow_networks: Vec<IpNet>,
     pub max_in_flight: u32,
     pub max_in_flight_per_endpoint: u32,
+    /// The files of `delivery.ca_certs`, as written.
+    pub ca_certs: Vec<PathBuf>,
+    /// The certificates read from them, each checked to be usable as a trust anchor.
+    pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
 #[derive(Debug, Clone)]
@@ -643,9 +652,18 @@ fn build(
             ),
         }
     }
+    let mut extra_roots = Vec::new();
+    for (i, file) in raw.delivery.ca_certs.iter().enumerate() {
+        match read_ca_certs(Path::new(file)) {
+            Ok(certs) => extra_roots.extend(certs),
+            Err(why) => v.problem(&format!("delivery.ca_certs[{i}]"), format!("`{file}`: {why}")),
+        }
+    }
     let delivery = DeliveryConfig {
         timeout: v.duration("delivery.timeout", raw.delivery.timeout.as_deref(), "10s"),
         allow_networks,
+        ca_certs: raw.delivery.ca_certs.iter().map(PathBuf::from).collect(),
+        extra_roots,
         max_in_flight: v
             .positive("delivery.max_in_flight", raw.delivery.max_in_flight)
             .unwrap_or(512),
@@ -1086,3 +1104,33 @@ pub fn json_schema() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests;
+
+/// The largest CA file read: a bundle of a few hundred certificates.
+const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+
+/// The certificates of a PEM file, each checked to be usable as a trust anchor.
+fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    // Only a regular file of sane size: never block on a FIFO or read a device forever.
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    if meta.len() > MAX_CA_FILE_BYTES {
+        return Err(format!("larger than {} KiB", MAX_CA_FILE_BYTES / 1024));
+    }
+    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM certificate file ({e})"))?;
+    if certs.is_empty() {
+        return Err("holds no `BEGIN CERTIFICATE` block".to_owned());
+    }
+    let mut check = rustls::RootCertStore::empty();
+    for (n, cert) in certs.iter().enumerate() {
+        check
+            .add(cert.clone())
+            .map_err(|e| format!("certificate {} is not a usable CA certificate: {e}", n + 1))?;
+    }
+    Ok(certs)
+}

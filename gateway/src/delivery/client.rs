@@ -59,6 +59,8 @@ pub struct SenderOptions {
     pub allow_networks: Vec<IpNet>,
     /// Idle keep-alive connections kept per host.
     pub max_idle_per_host: usize,
+    /// Certificate authorities trusted besides Mozilla's roots (`delivery.ca_certs`).
+    pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     /// Sent as `User-Agent` unless the request carries its own, e.g. `hookgate/0.1`.
     pub user_agent: String,
     /// At most this much of a response body is read (and discarded) so the connection can be
@@ -137,9 +139,19 @@ impl Sender {
             HeaderValue::from_str(&opts.user_agent).map_err(|_| DeliveryError::InvalidUserAgent)?;
         let allow: SharedAllowList = Arc::new(ArcSwap::from_pointee(opts.allow_networks));
         // Mozilla's roots via webpki-roots: the same trust everywhere the gateway runs, not
-        // whatever the host's store happens to hold.
+        // whatever the host's store happens to hold; plus the CAs the config names.
+        let mut roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for cert in opts.extra_roots {
+            roots.add(cert)?;
+        }
+        let tls =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        // The builder sets ALPN (h2, http/1.1) on this config from the versions enabled below.
         let connector = HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+            .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()

@@ -221,6 +221,7 @@ fn options(allow: &[&str]) -> SenderOptions {
     SenderOptions {
         allow_networks: nets(allow),
         max_idle_per_host: 8,
+        extra_roots: Vec::new(),
         user_agent: "hookgate/0.1".to_owned(),
         max_response_body_bytes: 64 * 1024,
     }
@@ -791,4 +792,96 @@ async fn an_unreachable_first_address_falls_back_to_the_next() {
     let url: Uri = format!("http://two.test:{port}/").parse().unwrap();
     let result = sender.send(request(url), NOW).await;
     assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+}
+
+// ---------------------------------------------------------------------------------------
+// TLS: verified against Mozilla's roots plus `delivery.ca_certs`
+// ---------------------------------------------------------------------------------------
+
+#[path = "../../tests/support/tls.rs"]
+mod tls;
+use tls::{test_pki, tls_server};
+
+fn tls_sender(extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>) -> Sender {
+    let resolver = ScriptedResolver::new(&[("localhost", &[&["127.0.0.1"]])]);
+    let opts = SenderOptions {
+        extra_roots,
+        ..options(&["127.0.0.0/8"])
+    };
+    Sender::with_resolver(opts, resolver).unwrap()
+}
+
+#[tokio::test]
+async fn https_to_a_server_of_a_configured_ca_is_delivered() {
+    let pki = test_pki();
+    let (port, served) = tls_server(&pki).await;
+    let url: Uri = format!("https://localhost:{port}/hooks").parse().unwrap();
+    let result = tls_sender(vec![pki.ca.clone()]).send(request(url), NOW).await;
+    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn https_to_a_server_of_an_unknown_ca_is_a_tls_failure() {
+    let pki = test_pki();
+    let (port, served) = tls_server(&pki).await;
+    let url: Uri = format!("https://localhost:{port}/hooks").parse().unwrap();
+    let result = tls_sender(Vec::new()).send(request(url), NOW).await;
+    assert_eq!(
+        kind_of(&result.outcome),
+        Some(ErrorKind::Tls),
+        "{:?}",
+        result.outcome
+    );
+    assert!(
+        detail_of(&result.outcome).contains("UnknownIssuer"),
+        "{}",
+        detail_of(&result.outcome)
+    );
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        0,
+        "nothing may pass an untrusted handshake"
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_for_another_name_is_a_tls_failure_even_from_a_trusted_ca() {
+    let pki = test_pki();
+    let (port, served) = tls_server(&pki).await;
+    // The certificate says `localhost`; the endpoint is reached by its address.
+    let url: Uri = format!("https://127.0.0.1:{port}/hooks").parse().unwrap();
+    let result = tls_sender(vec![pki.ca.clone()]).send(request(url), NOW).await;
+    assert_eq!(
+        kind_of(&result.outcome),
+        Some(ErrorKind::Tls),
+        "{:?}",
+        result.outcome
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
+    let pki = test_pki();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("ca.pem");
+    std::fs::write(&good, &pki.ca_pem).unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "hello\n").unwrap();
+    let yaml = |file: &std::path::Path| format!("delivery:\n  ca_certs: [{}]\n", file.display());
+
+    let config = crate::config::load_str(&yaml(&good), "t.yaml", None, |_| None).unwrap();
+    assert_eq!(config.delivery.extra_roots, vec![pki.ca.clone()]);
+
+    for (file, why) in [
+        (junk.as_path(), "no `BEGIN CERTIFICATE`"),
+        (dir.path(), "not a regular file"),
+        (&dir.path().join("missing.pem"), "No such file"),
+    ] {
+        let err = crate::config::load_str(&yaml(file), "t.yaml", None, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("delivery.ca_certs[0]") && err.contains(why), "{err}");
+    }
 }

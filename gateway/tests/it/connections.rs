@@ -1,11 +1,16 @@
 //! Outgoing connections: keep-alive connections are reused across the endpoints that share a
-//! host, however many attempts run at once.
+//! host, however many attempts run at once; `https` endpoints are verified against Mozilla's
+//! roots plus the CAs of `delivery.ca_certs`.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use hookgate::clock::ManualClock;
 use serde_json::json;
 
-use crate::support::{Reply, Sink, TestGateway};
+use crate::support::{Reply, START, Sink, TestGateway, base_yaml};
+use crate::tls::{test_pki, tls_server};
 
 const ENDPOINTS: usize = 10;
 /// `delivery.max_in_flight_per_endpoint`'s default.
@@ -56,5 +61,59 @@ async fn endpoints_sharing_a_host_reuse_their_connections() {
          of the first",
         EVENTS * ENDPOINTS,
         second - first
+    );
+}
+
+/// An `https` endpoint whose certificate comes from a private CA gets its delivery once the
+/// CA is listed in `delivery.ca_certs` — YAML to config to the HTTP client — and its attempt
+/// fails with `tls` without it.
+#[tokio::test]
+async fn an_endpoint_under_a_ca_from_delivery_ca_certs_is_delivered_over_tls() {
+    let pki = test_pki();
+    let (port, served) = tls_server(&pki).await;
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let ca_file = dir.path().join("internal-ca.pem");
+    std::fs::write(&ca_file, &pki.ca_pem).unwrap();
+    let endpoints = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  internal:\n    url: https://localhost:{port}/hooks\n    topics: [t]\n"
+    );
+
+    // Untrusted, the first attempt fails and the delivery waits for its retry.
+    for (trusted, expected) in [(true, "succeeded"), (false, "pending")] {
+        let ca_line = if trusted {
+            format!("  ca_certs: [{}]\n", ca_file.display())
+        } else {
+            String::new()
+        };
+        // The base config's `delivery:` block, with the CA added to it.
+        let yaml = format!(
+            "{}{ca_line}{endpoints}",
+            base_yaml(dir.path()).replace("/hookgate.db", &format!("/hookgate-{trusted}.db"))
+        );
+        let config =
+            hookgate::config::load_str(&yaml, "test.yaml", None, |_| None).unwrap_or_else(|e| panic!("{e}"));
+        let gw = TestGateway::start_with(dir.clone(), "", ManualClock::new(START), move |o| {
+            o.config = config;
+        })
+        .await;
+        gw.ingest("t", "order.created", json!({"n": 1})).await;
+        let list = gw
+            .wait_until("/v1/deliveries", Duration::from_secs(20), |v| {
+                let d = &v["deliveries"][0];
+                d["attempt_count"].as_u64().unwrap_or(0) >= 1 && d["status"] != "delivering"
+            })
+            .await;
+        let delivery = &list["deliveries"][0];
+        assert_eq!(delivery["status"], expected, "{delivery}");
+        if !trusted {
+            let id = delivery["id"].as_str().unwrap();
+            let (_, detail) = gw.get(&format!("/v1/deliveries/{id}")).await;
+            assert_eq!(detail["attempts"][0]["error_kind"], "tls", "{detail}");
+        }
+    }
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        1,
+        "only the trusted gateway got through"
     );
 }

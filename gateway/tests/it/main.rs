@@ -6,6 +6,8 @@
 #[path = "../support/plugin_build.rs"]
 mod plugin_build;
 mod support;
+#[path = "../support/tls.rs"]
+mod tls;
 
 mod auth;
 mod backpressure;
