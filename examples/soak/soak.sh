@@ -6,8 +6,9 @@
 #   examples/soak/soak.sh                      # 500 events/s for 10 minutes, 20 % failures
 #   RATE=1000 DURATION=30m FAIL=0.5 examples/soak/soak.sh
 #
-# Writes samples.tsv, the gateway's log and the final metrics to $OUT (default
-# target/soak-<time>). Exits 1 if an event is unaccounted for or a signature was refused.
+# Writes samples.tsv, a chart of it (soak.svg), the gateway's log and the final metrics to
+# $OUT (default target/soak-<time>). Exits 1 if an event is unaccounted for or a signature
+# was refused.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -105,6 +106,7 @@ while true; do
   sleep 10
 done
 wait "$LOADGEN" || { echo "soak: the load generator failed" >&2; exit 1; }
+LOAD_SECONDS=$(awk '/events accepted in/ { for (i = 1; i <= NF; i++) if ($i == "in") { print $(i + 1) + 0; exit } }' "$OUT/loadgen.log")
 cat "$OUT/loadgen.log"
 
 accepted=$(awk '/events accepted/ { print $3 }' "$OUT/loadgen.log")
@@ -119,5 +121,7 @@ for port in "$SINK_PORT_A" "$SINK_PORT_B"; do
   invalid=$(curl -s "http://127.0.0.1:$port/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["signatures_invalid"])')
   [ "$invalid" -eq 0 ] || { echo "sink $port refused $invalid signatures"; status=1; }
 done
+python3 examples/soak/chart.py "$OUT/samples.tsv" "$OUT/soak.svg" "$LOAD_SECONDS"
+echo "chart: $OUT/soak.svg"
 [ "$status" -eq 0 ] && echo "soak: every accepted event is accounted for" || echo "soak: FAILED" >&2
 exit "$status"

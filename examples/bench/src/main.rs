@@ -16,7 +16,7 @@ mod report;
 mod scenarios;
 mod svg;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -58,6 +58,10 @@ struct Args {
     /// Print each run's details on stderr.
     #[arg(long, short)]
     verbose: bool,
+    /// Measure nothing: print the table of an earlier `--json` file and, with `--charts`,
+    /// draw its charts again.
+    #[arg(long, value_name = "JSON")]
+    redraw: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,6 +81,9 @@ fn main() -> ExitCode {
     if let Some(unknown) = args.only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
         eprintln!("unknown scenario `{unknown}` (known: {})", SCENARIOS.join(", "));
         return ExitCode::FAILURE;
+    }
+    if let Some(json) = &args.redraw {
+        return redraw(json, args.charts.as_deref());
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -215,30 +222,67 @@ async fn run(args: Args) -> ExitCode {
         }
     }
     if let Some(dir) = &args.charts {
-        let written = std::fs::create_dir_all(dir)
-            .and_then(|()| {
-                std::fs::write(
-                    dir.join("bench-throughput.svg"),
-                    svg::throughput_chart(&bench.results, &machine),
-                )
-            })
-            .and_then(|()| {
-                std::fs::write(
-                    dir.join("bench-latency.svg"),
-                    svg::latency_chart(&bench.results, &machine),
-                )
-            });
-        match written {
-            Ok(()) => eprintln!("charts written to {}", dir.display()),
-            Err(e) => {
-                eprintln!("cannot write the charts: {e}");
-                ok = false;
-            }
-        }
+        ok &= write_charts(dir, &bench.results, &machine);
     }
     if ok && bench.results.skipped.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+fn write_charts(dir: &Path, results: &Results, machine: &str) -> bool {
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            std::fs::write(
+                dir.join("bench-throughput.svg"),
+                svg::throughput_chart(results, machine),
+            )
+        })
+        .and_then(|()| {
+            std::fs::write(
+                dir.join("bench-latency.svg"),
+                svg::latency_chart(results, machine),
+            )
+        });
+    match written {
+        Ok(()) => {
+            eprintln!("charts written to {}", dir.display());
+            true
+        }
+        Err(e) => {
+            eprintln!("cannot write the charts: {e}");
+            false
+        }
+    }
+}
+
+/// `--redraw`: the table and charts of a results file written by `--json`.
+fn redraw(json: &Path, charts: Option<&Path>) -> ExitCode {
+    #[derive(serde::Deserialize)]
+    struct Saved {
+        machine: String,
+        figures: Vec<report::Figure>,
+        #[serde(default)]
+        skipped: Vec<String>,
+    }
+    let saved: Saved = match std::fs::read(json)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+    {
+        Ok(saved) => saved,
+        Err(e) => {
+            eprintln!("cannot read {}: {e}", json.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let results = Results {
+        figures: saved.figures,
+        skipped: saved.skipped,
+    };
+    println!("{}", results.table());
+    match charts {
+        Some(dir) if !write_charts(dir, &results, &saved.machine) => ExitCode::FAILURE,
+        _ => ExitCode::SUCCESS,
     }
 }

@@ -1,9 +1,9 @@
 //! Figures, their runs and medians, the table on stdout and the JSON file.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which way a target points.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) enum Bound {
     #[serde(rename = ">=")]
     AtLeast,
@@ -11,7 +11,7 @@ pub(crate) enum Bound {
     AtMost,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Target {
     pub(crate) bound: Bound,
     pub(crate) value: f64,
@@ -41,7 +41,7 @@ impl Target {
 }
 
 /// One reported figure with the value of every run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Figure {
     pub(crate) key: String,
     pub(crate) label: String,
@@ -195,5 +195,21 @@ mod tests {
         let table = r.table();
         assert!(table.contains("9000 / 7000 / 8500"), "{table}");
         assert!(table.contains("MISSED"), "{table}");
+    }
+
+    #[test]
+    fn figures_read_back_from_their_json_for_a_redraw() {
+        let mut r = Results::default();
+        r.record("a", "A", "events/s", 9000.0, Target::at_least(8000.0));
+        r.record("b", "B", "ms", 12.0, Target::at_most(10.0));
+        r.record("c", "C", "µs", 3.0, None);
+        let json = serde_json::to_string(&r.figures).unwrap();
+        let back: Vec<Figure> = serde_json::from_str(&json).unwrap();
+        let redrawn = Results {
+            figures: back,
+            skipped: Vec::new(),
+        };
+        assert_eq!(redrawn.table(), r.table());
+        assert_eq!(redrawn.figures[1].target, Target::at_most(10.0));
     }
 }

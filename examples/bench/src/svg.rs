@@ -15,6 +15,7 @@ pub(crate) struct Bar {
 const WIDTH: f64 = 820.0;
 const LABEL_W: f64 = 300.0;
 const ROW_H: f64 = 30.0;
+const VALUE_W: f64 = 150.0;
 const TOP: f64 = 56.0;
 
 fn escape(text: &str) -> String {
@@ -31,9 +32,9 @@ pub(crate) fn bar_chart(title: &str, subtitle: &str, bars: &[Bar]) -> String {
         .flatten()
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.18;
-    let plot_w = WIDTH - LABEL_W - 30.0;
+        .max(1e-9);
+    // Room right of the longest bar for its value.
+    let plot_w = WIDTH - LABEL_W - VALUE_W;
     let x = |v: f64| LABEL_W + (v / max) * plot_w;
     let height = TOP + ROW_H * bars.len() as f64 + 30.0;
     let mut svg = String::new();
