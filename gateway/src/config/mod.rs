@@ -1102,9 +1102,6 @@ pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(RawConfig)).expect("a schema serializes")
 }
 
-#[cfg(test)]
-mod tests;
-
 /// The largest CA file read: a bundle of a few hundred certificates.
 const MAX_CA_FILE_BYTES: u64 = 1 << 20;
 
@@ -1134,3 +1131,6 @@ fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     }
     Ok(certs)
 }
+
+#[cfg(test)]
+mod tests;

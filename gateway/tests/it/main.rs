@@ -29,6 +29,5 @@ mod reload;
 mod replay;
 mod retention;
 mod retry_schedule;
-mod scheduler_metrics;
 mod slow_clients;
 mod ssrf;
