@@ -19,9 +19,9 @@ const EVENTS: usize = 100;
 
 /// Ten endpoints on one host, each allowed 16 attempts at once (the default): up to 160
 /// requests to that host are in flight together. The connections opened for the first wave
-/// go back to the pool afterwards, so a second wave of the same size opens none — an idle cap
-/// below the concurrency (it was 64 per host) closed and reopened connections on every wave,
-/// and a fan-out to one customer's API cost a TCP handshake per delivery.
+/// go back to the pool afterwards, so a second wave of the same size opens (almost) none — an
+/// idle cap below the concurrency (it was 64 per host) closed and reopened connections on
+/// every wave, and a fan-out to one customer's API cost a TCP handshake per delivery.
 #[tokio::test]
 async fn endpoints_sharing_a_host_reuse_their_connections() {
     let sink = Sink::start().await;
@@ -54,9 +54,11 @@ async fn endpoints_sharing_a_host_reuse_their_connections() {
         first >= PER_ENDPOINT,
         "the first wave used only {first} connections: the attempts did not overlap"
     );
-    assert_eq!(
-        second,
-        first,
+    // A connection goes back to the pool a moment after its response is read, so an attempt
+    // starting right then may open one more; with the old cap of 64 the second wave opened
+    // about 80.
+    assert!(
+        second - first <= PER_ENDPOINT,
         "the second wave of {} deliveries opened {} new connections instead of reusing the {first} \
          of the first",
         EVENTS * ENDPOINTS,
