@@ -56,7 +56,7 @@ async fn endpoints_sharing_a_host_reuse_their_connections() {
     );
     // A connection goes back to the pool a moment after its response is read, so an attempt
     // starting right then may open one more; with the old cap of 64 the second wave opened
-    // about 80.
+    // 76 to 106.
     assert!(
         second - first <= PER_ENDPOINT,
         "the second wave of {} deliveries opened {} new connections instead of reusing the {first} \
