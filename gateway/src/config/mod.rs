@@ -1107,16 +1107,22 @@ const MAX_CA_FILE_BYTES: u64 = 1 << 20;
 
 /// The certificates of a PEM file, each checked to be usable as a trust anchor.
 fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use std::io::Read as _;
+
     use rustls::pki_types::pem::PemObject as _;
-    // Only a regular file of sane size: never block on a FIFO or read a device forever.
+    // Only a regular file, read no further than the limit: never block on a FIFO, and never
+    // read a device or a `/proc` file (which report a size of 0) without end.
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".to_owned());
     }
-    if meta.len() > MAX_CA_FILE_BYTES {
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
+        .map_err(|e| e.to_string())?;
+    if pem.len() as u64 > MAX_CA_FILE_BYTES {
         return Err(format!("larger than {} KiB", MAX_CA_FILE_BYTES / 1024));
     }
-    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("not a PEM certificate file ({e})"))?;

@@ -869,6 +869,8 @@ fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
     std::fs::write(&good, &pki.ca_pem).unwrap();
     let junk = dir.path().join("junk.pem");
     std::fs::write(&junk, "hello\n").unwrap();
+    let huge = dir.path().join("huge.pem");
+    std::fs::write(&huge, pki.ca_pem.repeat((1 << 20) / pki.ca_pem.len() + 1)).unwrap();
     let yaml = |file: &std::path::Path| format!("delivery:\n  ca_certs: [{}]\n", file.display());
 
     let config = crate::config::load_str(&yaml(&good), "t.yaml", None, |_| None).unwrap();
@@ -876,6 +878,7 @@ fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
 
     for (file, why) in [
         (junk.as_path(), "no `BEGIN CERTIFICATE`"),
+        (huge.as_path(), "larger than 1024 KiB"),
         (dir.path(), "not a regular file"),
         (&dir.path().join("missing.pem"), "No such file"),
     ] {
