@@ -142,7 +142,6 @@ impl Reloader {
         new.server.header_timeout = old.server.header_timeout;
         new.server.body_timeout = old.server.body_timeout;
         new.storage.path = old.storage.path.clone();
-        new.delivery.ca_certs = old.delivery.ca_certs.clone();
         new.delivery.extra_roots = old.delivery.extra_roots.clone();
         if new.storage.max_size_bytes != old.storage.max_size_bytes {
             // Through the writer, between two commits: raising the cap is how a full store

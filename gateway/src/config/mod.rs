@@ -313,9 +313,8 @@ pub struct DeliveryConfig {
     pub allow_networks: Vec<IpNet>,
     pub max_in_flight: u32,
     pub max_in_flight_per_endpoint: u32,
-    /// The files of `delivery.ca_certs`, as written.
-    pub ca_certs: Vec<PathBuf>,
-    /// The certificates read from them, each checked to be usable as a trust anchor.
+    /// The certificates read from the files of `delivery.ca_certs`, each checked to be usable
+    /// as a trust anchor.
     pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
@@ -662,7 +661,6 @@ fn build(
     let delivery = DeliveryConfig {
         timeout: v.duration("delivery.timeout", raw.delivery.timeout.as_deref(), "10s"),
         allow_networks,
-        ca_certs: raw.delivery.ca_certs.iter().map(PathBuf::from).collect(),
         extra_roots,
         max_in_flight: v
             .positive("delivery.max_in_flight", raw.delivery.max_in_flight)

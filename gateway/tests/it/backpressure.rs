@@ -42,18 +42,12 @@ async fn a_stalled_writer_turns_ingestion_into_503_and_delivers_all_it_accepted(
         let (gw, tx) = (gw.clone(), tx.clone());
         tokio::spawn(async move {
             let id = format!("b{i}");
-            let response = gw
-                .post_builder("/v1/topics/t/events")
-                .json(&json!({"type": "x", "id": id, "payload": {"i": i}}))
-                .send()
-                .await
-                .unwrap();
-            let status = response.status().as_u16();
-            let retry_after = response
-                .headers()
-                .get("retry-after")
-                .map(|v| v.to_str().unwrap().to_owned());
-            let body = response.json().await.unwrap_or(Value::Null);
+            let (status, body, retry_after) = gw
+                .post_with_retry_after(
+                    "/v1/topics/t/events",
+                    json!({"type": "x", "id": id, "payload": {"i": i}}),
+                )
+                .await;
             let _ = tx.send((id, status, body, retry_after));
         });
     }

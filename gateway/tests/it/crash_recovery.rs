@@ -86,6 +86,10 @@ fn spawn_gateway(config: &std::path::Path, log: &std::path::Path) -> Killer {
     )
 }
 
+async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 async fn wait_healthy(http: &reqwest::Client, base: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while tokio::time::Instant::now() < deadline {
@@ -234,14 +238,7 @@ async fn kill_9_during_a_retry_wait_keeps_the_retry() {
     // Wait until the failure and its planned retry are on disk, then kill before the retry.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let list: serde_json::Value = http
-            .get(format!("{base}/v1/deliveries"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = get_json(&http, &format!("{base}/v1/deliveries")).await;
         if list["deliveries"][0]["attempt_count"] == 1 {
             break;
         }
@@ -304,13 +301,6 @@ async fn kill_9_right_after_a_config_reload_comes_back_on_the_file() {
     let got = new.wait_for(1, WAIT).await;
     assert_eq!(got[0].header("webhook-id"), "after");
     assert_eq!(old.count(), 1);
-    let status: serde_json::Value = http
-        .get(format!("{base}/v1/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = get_json(&http, &format!("{base}/v1/status")).await;
     assert!(status["config_file"].as_str().unwrap().ends_with("hookgate.yaml"));
 }

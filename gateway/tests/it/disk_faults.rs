@@ -51,19 +51,11 @@ fn integrity_check(db: &Path) -> String {
 
 /// Posts one event with its own id; the status, the body and the `Retry-After` header.
 async fn post_event(gw: &TestGateway, id: &str) -> (u16, Value, Option<String>) {
-    let response = gw
-        .post_builder("/v1/topics/t/events")
-        .json(&json!({"type": "x", "id": id, "payload": {"filler": "f".repeat(3000)}}))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = response.json().await.unwrap_or(Value::Null);
-    (status, body, retry_after)
+    gw.post_with_retry_after(
+        "/v1/topics/t/events",
+        json!({"type": "x", "id": id, "payload": {"filler": "f".repeat(3000)}}),
+    )
+    .await
 }
 
 /// Ingests 3 KB events until the store refuses one; the ids it accepted, and the refused one.

@@ -296,6 +296,23 @@ impl TestGateway {
             .await
     }
 
+    /// Like [`TestGateway::post`], also returning the `Retry-After` header.
+    pub async fn post_with_retry_after(&self, path: &str, body: Value) -> (u16, Value, Option<String>) {
+        let response = self
+            .request(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, body, retry_after)
+    }
+
     pub fn post_builder(&self, path: &str) -> reqwest::RequestBuilder {
         self.request(reqwest::Method::POST, path)
     }
