@@ -382,10 +382,10 @@ async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<State
         if pending.is_empty() && (!open || rx.recv_many(&mut pending, 4096).await == 0) {
             return;
         }
-        let count = pending.len();
-        match store.apply(pending.clone()).await {
+        let batch: Arc<[StateChange]> = std::mem::take(&mut pending).into();
+        let count = batch.len();
+        match store.apply(batch.clone()).await {
             Ok(()) => {
-                pending.clear();
                 retry = FIRST_RETRY;
                 if let Some(since) = failing_since.take() {
                     tracing::info!(
@@ -401,7 +401,9 @@ async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<State
                     failing_since = Some(std::time::Instant::now());
                 }
                 metrics::counter!("hookgate_store_write_failures_total").increment(1);
-                // Collect what arrives meanwhile, in order, until it is time to try again.
+                // The batch goes again first; collect what arrives meanwhile, in order, until
+                // it is time to try again.
+                pending = batch.to_vec();
                 let wait = tokio::time::sleep(retry);
                 tokio::pin!(wait);
                 loop {
@@ -419,7 +421,6 @@ async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<State
                 // The deliveries stay pending on disk and are attempted again after a restart.
                 tracing::error!(error = %e, count, "could not record delivery outcomes; dropping them");
                 metrics::counter!("hookgate_store_write_failures_total").increment(1);
-                pending.clear();
             }
         }
     }

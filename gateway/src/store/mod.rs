@@ -273,8 +273,10 @@ pub trait Store: Send + Sync + 'static {
     /// A duplicate event id fails the whole batch with [`StoreError::DuplicateEvent`].
     async fn ingest(&self, batch: IngestBatch) -> StoreResult<IngestOutcome>;
 
-    /// Applies the scheduler's state changes in order, in one commit.
-    async fn apply(&self, changes: Vec<StateChange>) -> StoreResult<()>;
+    /// Applies the scheduler's state changes in order, in one commit. Shared, so that a caller
+    /// who keeps the batch for another try after [`StoreError::Unavailable`] need not copy it
+    /// for every try.
+    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<()>;
 
     /// Starts a new round for a finished delivery: pending now, fresh attempt counter.
     async fn restart_delivery(&self, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery>;

@@ -463,9 +463,9 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn apply(&self, changes: Vec<StateChange>) -> StoreResult<()> {
+    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<()> {
         self.write(Urgency::Wait, move |conn| {
-            for change in &changes {
+            for change in changes.iter() {
                 match change {
                     StateChange::Attempt(write) => write_attempt(conn, write)?,
                     StateChange::Health(write) => write_health(conn, write)?,
@@ -961,12 +961,12 @@ mod tests {
         // Outcome writes that need no new page still go through while the store is full.
         let first = store.pending_deliveries().await.unwrap()[0].id;
         store
-            .apply(vec![StateChange::Finish {
+            .apply(Arc::from([StateChange::Finish {
                 delivery: first,
                 status: DeliveryStatus::Failed,
                 error: "test".into(),
                 now: NOW,
-            }])
+            }]))
             .await
             .unwrap();
         assert_eq!(integrity(&path), "ok");
