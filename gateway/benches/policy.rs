@@ -30,7 +30,7 @@ fn plan(c: &mut Criterion) {
                     black_box(policy),
                     &RetryContext {
                         attempts_made: attempts,
-                        event_received_at: received,
+                        round_started_at: received,
                         now: received.plus(std::time::Duration::from_secs(900)),
                         outcome: black_box(outcome),
                         jitter_sample: 0.37,

@@ -440,20 +440,17 @@ async fn retention(
             deliveries_before: now.minus(retention.deliveries),
             events_before: now.minus(retention.events),
             idempotency_before: now.minus(retention.idempotency),
+            history_before: now.minus(retention.deliveries),
             batch: BATCH,
         };
         loop {
             match store.purge(cutoffs).await {
                 Ok(purged) => {
-                    let total = purged.deliveries + purged.events + purged.idempotency_keys;
-                    if total > 0 {
+                    if purged.rows() > 0 {
                         tracing::debug!(?purged, "retention purge");
-                        metrics::counter!("hookgate_purged_rows_total").increment(total + purged.attempts);
+                        metrics::counter!("hookgate_purged_rows_total").increment(purged.rows());
                     }
-                    if purged.deliveries < BATCH as u64
-                        && purged.events < BATCH as u64
-                        && purged.idempotency_keys < BATCH as u64
-                    {
+                    if !purged.may_have_more(BATCH) {
                         break;
                     }
                 }

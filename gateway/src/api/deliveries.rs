@@ -187,9 +187,11 @@ async fn get_delivery(
     }))
 }
 
-/// Attempts a finished delivery again now, with a fresh attempt counter.
+/// Attempts a delivery again now, in a new round: attempt counter from 1 and the whole policy,
+/// its deadline counted from now. A delivery waiting for a retry is attempted now instead (the
+/// waiting attempt is cancelled, not added to).
 ///
-/// Refused (409) while the delivery is still pending or while its endpoint is paused or
+/// Refused (409) while an attempt of it is running, or while its endpoint is paused or
 /// disabled — re-enable it first.
 #[utoipa::path(
     post,
@@ -199,7 +201,7 @@ async fn get_delivery(
     responses(
         (status = 202, description = "Queued for now", body = DeliveryView),
         (status = 404, description = "No such delivery", body = super::error::ErrorBody),
-        (status = 409, description = "Still pending, or the endpoint is paused/disabled", body = super::error::ErrorBody),
+        (status = 409, description = "An attempt is running now, or the endpoint is paused/disabled", body = super::error::ErrorBody),
     )
 )]
 async fn redeliver(
@@ -229,12 +231,15 @@ async fn redeliver(
             ),
         ));
     }
+    if state.scheduler.is_in_flight(id) {
+        return Err(ApiError::conflict(
+            "delivery_in_flight",
+            format!("an attempt of delivery `{id}` is running now; wait for its outcome"),
+        ));
+    }
     let now = state.clock.now();
-    let ready = state.store.restart_delivery(id, now).await.map_err(|e| match e {
-        crate::store::StoreError::Conflict(message) => ApiError::conflict("delivery_pending", message),
-        other => other.into(),
-    })?;
-    state.scheduler.enqueue(vec![ready]);
+    let restarted = state.store.restart_delivery(id, now, true).await?;
+    state.scheduler.restarted(restarted);
     let (row, _) = state
         .store
         .delivery(id)

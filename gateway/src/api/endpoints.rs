@@ -158,6 +158,7 @@ async fn test_endpoint(
             event: &event,
             delivery_id: "test".into(),
             attempt: 1,
+            round_started_at: event.received_at,
             max_attempts: 1,
             timeout: ep.timeout.unwrap_or(config.delivery.timeout),
             previous_delay: None,

@@ -13,8 +13,10 @@ use super::{Classification, Policy, classify};
 pub struct RetryContext<'a> {
     /// Attempts completed so far in this round (a redelivery starts a new round), >= 1.
     pub attempts_made: u32,
-    /// The deadline of a schedule policy counts from here.
-    pub event_received_at: Timestamp,
+    /// When the delivery's current round began: the event's receipt for the first round, the
+    /// moment of the redeliver, redrive, replay or re-enable for a later one. The deadline of a
+    /// schedule policy counts from here, so every round gets the whole policy.
+    pub round_started_at: Timestamp,
     /// When the last attempt finished.
     pub now: Timestamp,
     /// The last attempt's outcome; its `retry_after` is absolute and already capped at
@@ -58,8 +60,6 @@ pub enum GiveUpReason {
     Gone,
     /// The last attempt was made at or after the deadline.
     DeadlineReached,
-    /// The receiver's `Retry-After` lies beyond the deadline (see [`plan_next`]).
-    RetryAfterBeyondDeadline,
     /// The backoff plugin said to stop, with its reason.
     PluginGaveUp(String),
 }
@@ -73,7 +73,6 @@ impl GiveUpReason {
             GiveUpReason::Permanent => "permanent",
             GiveUpReason::Gone => "gone",
             GiveUpReason::DeadlineReached => "deadline_reached",
-            GiveUpReason::RetryAfterBeyondDeadline => "retry_after_beyond_deadline",
             GiveUpReason::PluginGaveUp(_) => "plugin_gave_up",
         }
     }
@@ -97,19 +96,16 @@ impl fmt::Display for GiveUpReason {
 /// 2. the outcome is classified under the policy's `retry_on`: permanent failures and 410 Gone
 ///    give up at once;
 /// 3. when `attempts_made` reaches [`Policy::max_attempts`] the policy is exhausted;
-/// 4. when the last attempt finished at or after the deadline (`event_received_at +
+/// 4. when the last attempt finished at or after the deadline (`round_started_at +
 ///    deadline`), it was the last one: an attempt brought forward to the deadline is final;
 /// 5. the wait is the policy's wait before attempt `attempts_made + 1` (schedule entry or SNS
 ///    phase), times `1 + jitter·sample`; a backoff plugin's `RetryIn` replaces it (unjittered:
 ///    the plugin does its own) and its `GiveUp` ends the delivery — steps 2–4 hold regardless;
 /// 6. a `Retry-After` raises the time to at least what it says;
-/// 7. a time past the deadline is brought forward to the deadline exactly.
-///
-/// When `Retry-After` itself points past the deadline the delivery gives up with
-/// [`GiveUpReason::RetryAfterBeyondDeadline`]: attempting before it would ignore the
-/// receiver's explicit request, attempting after it would break the deadline, and trying once
-/// more at the deadline anyway would most likely only earn another 429/503. Giving up with
-/// that reason tells the operator exactly why, and the delivery can be redelivered by hand.
+/// 7. a time past the deadline is brought forward to the deadline exactly — also when it was
+///    `Retry-After` that pushed it there: the last attempt is made at the deadline, as the
+///    schedule promises, rather than giving up early because a receiver asked for more time
+///    than the round has left.
 pub fn plan_next(policy: &Policy, ctx: &RetryContext) -> NextStep {
     match classify(policy.retry_on(), ctx.outcome) {
         Classification::Success => return NextStep::Done,
@@ -122,7 +118,7 @@ pub fn plan_next(policy: &Policy, ctx: &RetryContext) -> NextStep {
     }
     let deadline_at = policy
         .deadline()
-        .map(|deadline| ctx.event_received_at.plus(deadline));
+        .map(|deadline| ctx.round_started_at.plus(deadline));
     if let Some(deadline_at) = deadline_at
         && ctx.now >= deadline_at
     {
@@ -150,11 +146,6 @@ pub fn plan_next(policy: &Policy, ctx: &RetryContext) -> NextStep {
         ..
     } = ctx.outcome
     {
-        if let Some(deadline_at) = deadline_at
-            && *retry_after > deadline_at
-        {
-            return NextStep::GiveUp(GiveUpReason::RetryAfterBeyondDeadline);
-        }
         retry_at = retry_at.max(*retry_after);
     }
     if let Some(deadline_at) = deadline_at {
@@ -213,7 +204,7 @@ mod tests {
     fn ctx(attempts_made: u32, now: Timestamp, outcome: &Outcome) -> RetryContext<'_> {
         RetryContext {
             attempts_made,
-            event_received_at: Timestamp::EPOCH,
+            round_started_at: Timestamp::EPOCH,
             now,
             outcome,
             jitter_sample: 0.0,
@@ -294,14 +285,38 @@ mod tests {
     }
 
     #[test]
-    fn the_deadline_counts_from_the_event_not_from_the_first_attempt() {
+    fn the_deadline_counts_from_the_start_of_the_round_not_from_the_first_attempt() {
         let policy = Policy::standard().with_jitter(0.0);
         let outcome = server_error();
         let context = RetryContext {
-            event_received_at: at_hours(10.0),
+            round_started_at: at_hours(10.0),
             ..ctx(8, at_hours(80.0), &outcome)
         };
         assert_eq!(plan_next(&policy, &context), NextStep::RetryAt(at_hours(82.0)));
+    }
+
+    /// A round started long after the event (a redeliver or replay days later) gets the
+    /// whole schedule: the deadline is the round's, and the event's age does not matter.
+    #[test]
+    fn a_late_round_gets_the_whole_schedule() {
+        let policy = Policy::standard().with_jitter(0.0);
+        let outcome = server_error();
+        let round_start = at_hours(24.0 * 30.0);
+        let first_failure = round_start.plus(Duration::from_millis(200));
+        let context = RetryContext {
+            round_started_at: round_start,
+            ..ctx(1, first_failure, &outcome)
+        };
+        assert_eq!(
+            plan_next(&policy, &context),
+            NextStep::RetryAt(first_failure.plus(Duration::from_secs(30)))
+        );
+        let deadline = round_start.plus(Duration::from_secs(72 * 3600));
+        let context = RetryContext {
+            round_started_at: round_start,
+            ..ctx(8, round_start.plus(Duration::from_secs(60 * 3600)), &outcome)
+        };
+        assert_eq!(plan_next(&policy, &context), NextStep::RetryAt(deadline));
     }
 
     #[test]
@@ -371,13 +386,13 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_beyond_the_deadline_gives_up_and_up_to_it_is_honoured() {
+    fn retry_after_beyond_the_deadline_gives_the_last_attempt_at_the_deadline() {
         let policy = Policy::standard().with_jitter(0.0);
         let now = at_hours(71.0);
         let past_deadline = at_hours(72.0).plus(Duration::from_secs(1));
         assert_eq!(
             plan_next(&policy, &ctx(3, now, &with_retry_after(past_deadline))),
-            NextStep::GiveUp(GiveUpReason::RetryAfterBeyondDeadline)
+            NextStep::RetryAt(at_hours(72.0))
         );
         assert_eq!(
             plan_next(&policy, &ctx(3, now, &with_retry_after(at_hours(72.0)))),
@@ -523,10 +538,6 @@ mod tests {
             (GiveUpReason::Permanent, "permanent"),
             (GiveUpReason::Gone, "gone"),
             (GiveUpReason::DeadlineReached, "deadline_reached"),
-            (
-                GiveUpReason::RetryAfterBeyondDeadline,
-                "retry_after_beyond_deadline",
-            ),
             (GiveUpReason::PluginGaveUp("no".into()), "plugin_gave_up"),
         ];
         for (reason, code) in cases {

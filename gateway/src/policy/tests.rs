@@ -781,7 +781,7 @@ proptest! {
         let now = crate::model::Timestamp::from_millis(1_000);
         let context = RetryContext {
             attempts_made,
-            event_received_at: crate::model::Timestamp::EPOCH,
+            round_started_at: crate::model::Timestamp::EPOCH,
             now,
             outcome: &outcome,
             jitter_sample: sample,

@@ -36,6 +36,9 @@ pub(crate) struct AttemptInput<'a> {
     pub(crate) delivery_id: String,
     /// 1-based attempt number of the current round.
     pub(crate) attempt: u32,
+    /// When the current round began: a backoff plugin's `elapsed` counts from here, like the
+    /// policy's deadline.
+    pub(crate) round_started_at: Timestamp,
     pub(crate) max_attempts: u32,
     pub(crate) timeout: Duration,
     /// The wait that preceded this attempt, for backoff plugins that grow from it.
@@ -70,7 +73,7 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
     let backoff = match &result {
         AttemptResult::Sent(outcome @ Outcome::Failed { .. }) => match &input.endpoint.backoff {
             Some(binding) => {
-                let elapsed_ms = started_at.since(input.event.received_at).as_millis() as u64;
+                let elapsed_ms = started_at.since(input.round_started_at).as_millis() as u64;
                 let call = Instant::now();
                 let answer = env
                     .plugins

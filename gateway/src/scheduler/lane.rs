@@ -110,6 +110,27 @@ impl Lane {
         }
     }
 
+    /// Puts `item` in the place of an older round of the same delivery held behind its
+    /// ordering key. Gives the item back when no such older round is held here.
+    pub(super) fn replace_held(&mut self, item: Item) -> Result<(), Item> {
+        let Some(key) = &item.ordering_key else {
+            return Err(item);
+        };
+        let Some(held) = self.busy_keys.get_mut(key) else {
+            return Err(item);
+        };
+        match held.iter_mut().find(|h| h.id == item.id) {
+            Some(slot) => {
+                *slot = Item {
+                    epoch: slot.epoch,
+                    ..item
+                };
+                Ok(())
+            }
+            None => Err(item),
+        }
+    }
+
     /// The key's delivery is done for good; returns the next held one, which now owns the key.
     pub(super) fn release_key(&mut self, key: &Arc<str>, epoch: u64) -> Option<Item> {
         if epoch != self.epoch {
@@ -182,6 +203,7 @@ mod tests {
             endpoint: Arc::from("e"),
             event: None,
             round: 1,
+            round_started_at: Timestamp::from_millis(0),
             attempts_made: 0,
             ordering_key: key.map(Arc::from),
             previous_delay: None,

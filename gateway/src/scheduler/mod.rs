@@ -34,7 +34,7 @@ use crate::config::Config;
 use crate::health::{self, Effect, EndpointHealth, HealthInput};
 use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
 use crate::policy::{self, GiveUpReason, NextStep, RetryContext};
-use crate::store::{AttemptWrite, HealthWrite, ReadyDelivery, StateChange, Store, StoreError};
+use crate::store::{AttemptWrite, HealthWrite, ReadyDelivery, Restarted, StateChange, Store, StoreError};
 
 /// Bytes of events held in memory by waiting deliveries up to which a new or retried delivery
 /// keeps its event. Past it, an item keeps only its id and reads its event back when due, as
@@ -95,6 +95,8 @@ pub(crate) struct Item {
     endpoint: Arc<str>,
     event: Option<Arc<HeldEvent>>,
     round: u32,
+    /// When the current round began; the policy's deadline counts from here.
+    round_started_at: Timestamp,
     attempts_made: u32,
     ordering_key: Option<Arc<str>>,
     /// The wait before the upcoming attempt (None for a first attempt or after a restart).
@@ -133,6 +135,9 @@ impl Ord for Due {
 /// What an operator asked for, answered by the actor.
 enum Command {
     Enqueue(Vec<ReadyDelivery>),
+    /// A new round of a delivery that was still waiting for a retry: the waiting attempt is
+    /// cancelled and the new round is attempted now (redeliver).
+    Replace(ReadyDelivery),
     Reenable {
         endpoint: Arc<str>,
         reply: oneshot::Sender<EndpointHealth>,
@@ -226,6 +231,16 @@ impl SchedulerHandle {
         self.shared.queued.load(Ordering::Relaxed)
     }
 
+    /// Hands a restarted delivery (a new round) to the scheduler. When it was still waiting for
+    /// a retry, the waiting attempt is cancelled rather than added to.
+    pub fn restarted(&self, restarted: Restarted) {
+        if restarted.was_pending {
+            self.send(Command::Replace(restarted.ready));
+        } else {
+            self.enqueue(vec![restarted.ready]);
+        }
+    }
+
     /// Re-enables an endpoint (→ active, counters reset). Answers the new health.
     pub async fn reenable(&self, endpoint: Arc<str>) -> Option<EndpointHealth> {
         let (reply, rx) = oneshot::channel();
@@ -293,6 +308,7 @@ impl Scheduler {
             changes: changes_tx,
             changes_rx: Some(changes_rx),
             held_bytes: Arc::new(AtomicU64::new(0)),
+            superseded: HashMap::new(),
             publisher: None,
             runtime: tokio::runtime::Handle::current(),
         };
@@ -315,6 +331,7 @@ impl Scheduler {
                 endpoint: p.endpoint,
                 event: None,
                 round: p.round,
+                round_started_at: p.round_started_at,
                 attempts_made: p.attempts_made,
                 ordering_key: p.ordering_key.map(Arc::from),
                 previous_delay: None,
@@ -462,6 +479,10 @@ struct Actor {
     changes_rx: Option<mpsc::UnboundedReceiver<StateChange>>,
     /// What the events held by waiting deliveries cost ([`HeldEvent`]).
     held_bytes: Arc<AtomicU64>,
+    /// Deliveries restarted while an attempt of an older round was still waiting or running:
+    /// the newest round of each. An item of an older round is dropped wherever it surfaces
+    /// (heap, admission, a finished attempt), which cancels it without searching the heap.
+    superseded: HashMap<DeliveryId, u32>,
     publisher: Option<Publisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     runtime: tokio::runtime::Handle,
@@ -552,6 +573,7 @@ impl Actor {
                         endpoint: r.endpoint,
                         event: held,
                         round: r.round,
+                        round_started_at: r.round_started_at,
                         attempts_made: r.attempts_made,
                         previous_delay: None,
                         epoch: 0,
@@ -560,6 +582,7 @@ impl Actor {
                     self.admit(item, r.next_attempt_at);
                 }
             }
+            Command::Replace(ready) => self.replace_waiting(ready),
             Command::Reenable { endpoint, reply } => {
                 let h = self.step_health(&endpoint, HealthInput::Reenable);
                 let _ = reply.send(h);
@@ -578,6 +601,9 @@ impl Actor {
     /// Takes an item into the scheduler: into the heap at `at`, or, for an ordered endpoint
     /// whose ordering key is busy, behind the key's current head.
     fn admit(&mut self, mut item: Item, at: Timestamp) {
+        if self.take_superseded(&item) {
+            return;
+        }
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         let lane = self.lane(&item.endpoint);
         item.epoch = lane.epoch;
@@ -596,9 +622,65 @@ impl Actor {
         }));
     }
 
+    /// Starts the new round of a delivery whose older round still has an item here. An item
+    /// held behind its ordering key is replaced where it stands, so the key's order holds;
+    /// anywhere else (heap, lane, in flight) the old item is marked superseded and dropped
+    /// when it surfaces, and the new round goes to the heap for now. Being the old item's
+    /// successor, it inherits its claim on the ordering key.
+    fn replace_waiting(&mut self, ready: ReadyDelivery) {
+        let now = self.clock.now();
+        if !self.receives_events(&ready.endpoint) {
+            self.fail_unsent(ready.id, ErrorKind::EndpointPaused, now);
+            return;
+        }
+        let item = Item {
+            id: ready.id,
+            ordering_key: ready.event.ordering_key.as_deref().map(Arc::from),
+            endpoint: ready.endpoint,
+            event: HeldEvent::hold(ready.event, &self.held_bytes),
+            round: ready.round,
+            round_started_at: ready.round_started_at,
+            attempts_made: ready.attempts_made,
+            previous_delay: None,
+            epoch: 0,
+            due_at: ready.next_attempt_at,
+        };
+        let lane = self.lane(&item.endpoint);
+        let item = match lane.replace_held(item) {
+            Ok(()) => return,
+            Err(item) => item,
+        };
+        let before = lane.waiting.len();
+        lane.waiting.retain(|w| w.id != item.id);
+        let was_in_lane = lane.waiting.len() < before;
+        let epoch = lane.epoch;
+        if was_in_lane {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.superseded.insert(item.id, item.round);
+        }
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        self.push_due(Item { epoch, ..item }, ready.next_attempt_at);
+    }
+
+    /// True (and forgotten) when `item` belongs to a round that a newer one has replaced.
+    fn take_superseded(&mut self, item: &Item) -> bool {
+        match self.superseded.get(&item.id) {
+            Some(newest) if item.round < *newest => {
+                self.superseded.remove(&item.id);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn move_due_to_lanes(&mut self, now: Timestamp) {
         while self.due.peek().is_some_and(|Reverse(d)| d.at <= now) {
             let Reverse(due) = self.due.pop().expect("peeked");
+            if self.take_superseded(&due.item) {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
             let lane = self.lane(&due.item.endpoint);
             if due.item.epoch != lane.epoch {
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
@@ -679,6 +761,7 @@ impl Actor {
                     event: &event,
                     delivery_id: item.id.to_string(),
                     attempt: item.attempts_made + 1,
+                    round_started_at: item.round_started_at,
                     max_attempts: policy.max_attempts(),
                     timeout: endpoint.timeout.unwrap_or(config.delivery.timeout),
                     previous_delay: item.previous_delay,
@@ -706,8 +789,14 @@ impl Actor {
         if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
             lane.in_flight -= 1;
         }
+        // A redeliver replaced this round while its attempt ran: the outcome is still
+        // recorded (it happened, and counts for health), but the new round carries on.
+        let superseded = self.take_superseded(&item);
         let Some(report) = report else {
             self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            if superseded {
+                return;
+            }
             match skipped {
                 Some(Skip::EndpointRemoved) => {
                     self.fail_unsent(item.id, ErrorKind::EndpointRemoved, now);
@@ -749,7 +838,7 @@ impl Actor {
                 &policy,
                 &RetryContext {
                     attempts_made: n,
-                    event_received_at: event.received_at,
+                    round_started_at: item.round_started_at,
                     now,
                     outcome: &outcome,
                     jitter_sample: rand::rng().random_range(-1.0..=1.0),
@@ -836,7 +925,7 @@ impl Actor {
         }
 
         match next_at {
-            Some(at) if status == DeliveryStatus::Pending => {
+            Some(at) if status == DeliveryStatus::Pending && !superseded => {
                 item.attempts_made = n;
                 if item.event.is_none() {
                     item.event = HeldEvent::hold(event, &self.held_bytes);
@@ -847,7 +936,9 @@ impl Actor {
             }
             _ => {
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
-                self.release_key(&item);
+                if !superseded {
+                    self.release_key(&item);
+                }
             }
         }
     }

@@ -3,11 +3,8 @@
 
 use rusqlite::Connection;
 
-/// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
-/// add the next.
-const MIGRATIONS: &[&str] = &[
-    // 1: the initial schema.
-    r#"
+/// The schema of version 1, kept apart so tests can build a database as it was then.
+pub(super) const FIRST_SCHEMA: &str = r#"
     CREATE TABLE events (
         seq           INTEGER PRIMARY KEY,
         id            TEXT    NOT NULL,
@@ -83,6 +80,25 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX idempotency_by_time ON idempotency (created_at);
+    "#;
+
+/// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
+/// add the next.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    FIRST_SCHEMA,
+    // 2: every round of a delivery (the first, a redelivery, a redrive, a replay) gets the whole
+    // policy, its deadline counted from the round's start. A round in progress at the upgrade
+    // started at its first attempt (or, with none yet, when it was last changed).
+    r#"
+    ALTER TABLE deliveries ADD COLUMN round_started_at INTEGER NOT NULL DEFAULT 0;
+    UPDATE deliveries SET round_started_at = CASE
+        WHEN round = 1 THEN created_at
+        ELSE COALESCE(
+            (SELECT MIN(a.started_at) FROM attempts a WHERE a.delivery_id = deliveries.id AND a.round = deliveries.round),
+            updated_at)
+        END;
+    CREATE INDEX endpoint_history_by_time ON endpoint_history (at);
     "#,
 ];
 

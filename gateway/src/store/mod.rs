@@ -104,7 +104,16 @@ pub struct ReadyDelivery {
     pub next_attempt_at: Timestamp,
     /// 1 for the first round; a redeliver starts the next round with a fresh attempt counter.
     pub round: u32,
+    /// When the current round began: its policy deadline counts from here.
+    pub round_started_at: Timestamp,
     pub attempts_made: u32,
+}
+
+/// A delivery put into a new round, and whether it was waiting for a retry before.
+#[derive(Debug, Clone)]
+pub struct Restarted {
+    pub ready: ReadyDelivery,
+    pub was_pending: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -124,7 +133,8 @@ pub struct PendingDelivery {
     pub round: u32,
     pub attempts_made: u32,
     pub ordering_key: Option<String>,
-    pub event_received_at: Timestamp,
+    /// When the current round began: its policy deadline counts from here.
+    pub round_started_at: Timestamp,
 }
 
 /// A delivery with the event it carries, for an attempt of a delivery that was not ingested in
@@ -135,6 +145,7 @@ pub struct DeliveryForAttempt {
     pub endpoint: Arc<str>,
     pub status: DeliveryStatus,
     pub round: u32,
+    pub round_started_at: Timestamp,
     pub attempts_made: u32,
     pub event: Arc<Event>,
 }
@@ -253,6 +264,22 @@ pub struct Purged {
     pub attempts: u64,
     pub events: u64,
     pub idempotency_keys: u64,
+    pub history: u64,
+}
+
+impl Purged {
+    /// True when some table had a full batch to remove, so another call may find more.
+    pub fn may_have_more(&self, batch: u32) -> bool {
+        let batch = u64::from(batch);
+        self.deliveries >= batch
+            || self.events >= batch
+            || self.idempotency_keys >= batch
+            || self.history >= batch
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.deliveries + self.attempts + self.events + self.idempotency_keys + self.history
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -262,6 +289,9 @@ pub struct RetentionCutoffs {
     /// Events received before this go, once no delivery of theirs is left.
     pub events_before: Timestamp,
     pub idempotency_before: Timestamp,
+    /// Endpoint state changes recorded before this go, except each endpoint's latest, which
+    /// explains its current state however old it is.
+    pub history_before: Timestamp,
     /// Rows per table per call, so that one call never holds the writer for long.
     pub batch: u32,
 }
@@ -278,8 +308,16 @@ pub trait Store: Send + Sync + 'static {
     /// for every try.
     async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<()>;
 
-    /// Starts a new round for a finished delivery: pending now, fresh attempt counter.
-    async fn restart_delivery(&self, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery>;
+    /// Starts a new round for a delivery: pending now, fresh attempt counter, the policy's
+    /// deadline counted from `now`. A finished delivery always may; a pending one only with
+    /// `replace_waiting` (redeliver cancels its waiting attempt). The answer says whether the
+    /// delivery was pending, so the scheduler can drop the attempt it was holding.
+    async fn restart_delivery(
+        &self,
+        id: DeliveryId,
+        now: Timestamp,
+        replace_waiting: bool,
+    ) -> StoreResult<Restarted>;
 
     /// Starts a new round for every dead delivery of an endpoint (redrive).
     async fn restart_dead(

@@ -284,8 +284,8 @@ fn insert_delivery(
     now: Timestamp,
 ) -> StoreResult<DeliveryId> {
     conn.prepare_cached(
-        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at)
-         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3)",
+        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at)
+         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3, ?3)",
     )?
     .execute(params![event_seq, endpoint, now.as_millis()])?;
     Ok(DeliveryId(conn.last_insert_rowid()))
@@ -391,8 +391,14 @@ fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
     Ok(())
 }
 
-/// Marks a delivery as the start of a new round, if its state allows.
-fn restart_round(conn: &Connection, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery> {
+/// Marks a delivery as the start of a new round, if its state allows: a finished one always,
+/// a pending one only when `replace_waiting`.
+fn restart_round(
+    conn: &Connection,
+    id: DeliveryId,
+    now: Timestamp,
+    replace_waiting: bool,
+) -> StoreResult<Restarted> {
     let row = conn
         .prepare_cached(&format!(
             "SELECT d.status, d.round, d.endpoint, {EVENT_COLUMNS}
@@ -410,7 +416,8 @@ fn restart_round(conn: &Connection, id: DeliveryId, now: Timestamp) -> StoreResu
     let Some((status, round, endpoint, event)) = row else {
         return Err(StoreError::NotFound(format!("delivery {id}")));
     };
-    if !status.is_final() {
+    let was_pending = !status.is_final();
+    if was_pending && !replace_waiting {
         return Err(StoreError::Conflict(format!(
             "delivery {id} is {} and will be attempted by itself",
             status.as_str()
@@ -418,16 +425,20 @@ fn restart_round(conn: &Connection, id: DeliveryId, now: Timestamp) -> StoreResu
     }
     conn.prepare_cached(
         "UPDATE deliveries SET status = 'pending', round = ?2, attempt_count = 0, next_attempt_at = ?3,
-             last_error = NULL, updated_at = ?3 WHERE id = ?1",
+             last_error = NULL, updated_at = ?3, round_started_at = ?3 WHERE id = ?1",
     )?
     .execute(params![id.0, round + 1, now.as_millis()])?;
-    Ok(ReadyDelivery {
-        id,
-        endpoint: Arc::from(endpoint),
-        event: Arc::new(event),
-        next_attempt_at: now,
-        round: round + 1,
-        attempts_made: 0,
+    Ok(Restarted {
+        ready: ReadyDelivery {
+            id,
+            endpoint: Arc::from(endpoint),
+            event: Arc::new(event),
+            next_attempt_at: now,
+            round: round + 1,
+            round_started_at: now,
+            attempts_made: 0,
+        },
+        was_pending,
     })
 }
 
@@ -451,6 +462,7 @@ impl Store for SqliteStore {
                         event: item.event.clone(),
                         next_attempt_at: batch.now,
                         round: 1,
+                        round_started_at: batch.now,
                         attempts_made: 0,
                     });
                 }
@@ -500,9 +512,16 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn restart_delivery(&self, id: DeliveryId, now: Timestamp) -> StoreResult<ReadyDelivery> {
-        self.write(Urgency::Wait, move |conn| restart_round(conn, id, now))
-            .await
+    async fn restart_delivery(
+        &self,
+        id: DeliveryId,
+        now: Timestamp,
+        replace_waiting: bool,
+    ) -> StoreResult<Restarted> {
+        self.write(Urgency::Wait, move |conn| {
+            restart_round(conn, id, now, replace_waiting)
+        })
+        .await
     }
 
     async fn restart_dead(
@@ -520,7 +539,7 @@ impl Store for SqliteStore {
                 .query_map(params![endpoint, limit], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
             ids.into_iter()
-                .map(|id| restart_round(conn, DeliveryId(id), now))
+                .map(|id| restart_round(conn, DeliveryId(id), now, false).map(|r| r.ready))
                 .collect()
         })
         .await
@@ -555,6 +574,7 @@ impl Store for SqliteStore {
                     event,
                     next_attempt_at: now,
                     round: 1,
+                    round_started_at: now,
                     attempts_made: 0,
                 });
             }
@@ -570,7 +590,7 @@ impl Store for SqliteStore {
     async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
         self.read(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, e.ordering_key, e.received_at
+                "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, e.ordering_key, d.round_started_at
                  FROM deliveries d JOIN events e ON e.seq = d.event_seq
                  WHERE d.status = 'pending' ORDER BY d.id",
             )?;
@@ -589,16 +609,16 @@ impl Store for SqliteStore {
             })?;
             let mut out = Vec::new();
             for row in rows {
-                let (id, endpoint, next, round, attempts_made, ordering_key, received_at) = row?;
+                let (id, endpoint, next, round, attempts_made, ordering_key, round_started_at) = row?;
                 let endpoint = names.entry(endpoint).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
                 out.push(PendingDelivery {
                     id: DeliveryId(id),
                     endpoint,
-                    next_attempt_at: next.unwrap_or(received_at),
+                    next_attempt_at: next.unwrap_or(round_started_at),
                     round,
                     attempts_made,
                     ordering_key,
-                    event_received_at: received_at,
+                    round_started_at,
                 });
             }
             Ok(out)
@@ -610,7 +630,7 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             Ok(conn
                 .prepare_cached(&format!(
-                    "SELECT d.endpoint, d.status, d.round, d.attempt_count, {EVENT_COLUMNS}
+                    "SELECT d.endpoint, d.status, d.round, d.attempt_count, d.round_started_at, {EVENT_COLUMNS}
                      FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
                 ))?
                 .query_row(params![id.0], |row| {
@@ -620,7 +640,8 @@ impl Store for SqliteStore {
                         status: parse_col(row, 1)?,
                         round: row.get(2)?,
                         attempts_made: row.get(3)?,
-                        event: Arc::new(event_from_row(row, 4)?),
+                        round_started_at: ts(row, 4)?,
+                        event: Arc::new(event_from_row(row, 5)?),
                     })
                 })
                 .optional()?)
@@ -822,6 +843,14 @@ impl Store for SqliteStore {
                          SELECT rowid FROM idempotency WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)",
                 )?
                 .execute(params![cutoffs.idempotency_before.as_millis(), cutoffs.batch])? as u64;
+            purged.history = conn
+                .prepare_cached(
+                    "DELETE FROM endpoint_history WHERE id IN (
+                         SELECT h.id FROM endpoint_history h WHERE h.at < ?1
+                           AND h.id < (SELECT MAX(l.id) FROM endpoint_history l WHERE l.endpoint = h.endpoint)
+                         ORDER BY h.at LIMIT ?2)",
+                )?
+                .execute(params![cutoffs.history_before.as_millis(), cutoffs.batch])? as u64;
             Ok(purged)
         })
         .await
@@ -999,5 +1028,85 @@ mod tests {
         ));
         assert_eq!(pending_ids(&store).await.len(), 5);
         store.close().await;
+    }
+
+    fn change(endpoint: &str, to: crate::model::EndpointState, at: Timestamp) -> StateChange {
+        StateChange::Health(HealthWrite {
+            endpoint: Arc::from(endpoint),
+            health: EndpointHealth {
+                state: to,
+                changed_at: Some(at),
+                ..EndpointHealth::default()
+            },
+            transitions: vec![crate::health::Transition {
+                from: crate::model::EndpointState::Active,
+                to,
+                at,
+                reason: format!("to {to} at {at}"),
+            }],
+        })
+    }
+
+    /// Endpoint history ages out with the delivery log, except each endpoint's latest change,
+    /// which explains the state the endpoint is in however old it is.
+    #[tokio::test]
+    async fn retention_purges_old_history_but_keeps_each_endpoints_latest_change() {
+        use crate::model::EndpointState::{Active, Degraded, Paused};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
+        let day = Duration::from_secs(86_400);
+        let old = NOW.minus(day * 40);
+        let changes = vec![
+            change("a", Degraded, old),
+            change("a", Paused, old.plus(day)),
+            change("a", Active, NOW),
+            change("b", Degraded, old),
+            change("b", Paused, old.plus(day)),
+        ];
+        store.apply(changes.into()).await.unwrap();
+        let purged = store
+            .purge(RetentionCutoffs {
+                deliveries_before: NOW.minus(day * 30),
+                events_before: NOW.minus(day * 30),
+                idempotency_before: NOW.minus(day),
+                history_before: NOW.minus(day * 30),
+                batch: 100,
+            })
+            .await
+            .unwrap();
+        assert_eq!(purged.history, 3);
+        let states = |h: Vec<HistoryEntry>| h.into_iter().map(|e| e.state).collect::<Vec<_>>();
+        assert_eq!(states(store.endpoint_history("a", 10).await.unwrap()), [Active]);
+        assert_eq!(states(store.endpoint_history("b", 10).await.unwrap()), [Paused]);
+        store.close().await;
+    }
+
+    /// A round in progress when the schema gained `round_started_at` keeps its deadline: the
+    /// first round from the delivery's creation, a later one from its first attempt.
+    #[test]
+    fn the_round_start_migration_backfills_from_creation_and_first_attempts() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(super::super::migrations::FIRST_SCHEMA)
+            .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute_batch(
+            "INSERT INTO events (seq, id, topic, event_type, content_type, payload, received_at)
+                 VALUES (1, 'e1', 't', 'x', 'text/plain', x'', 100);
+             INSERT INTO deliveries (id, event_seq, endpoint, status, round, created_at, updated_at)
+                 VALUES (1, 1, 'a', 'pending', 1, 100, 900), (2, 1, 'b', 'pending', 2, 100, 900),
+                        (3, 1, 'c', 'pending', 2, 100, 900);
+             INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms)
+                 VALUES (2, 1, 1, 150, 1), (2, 2, 1, 500, 1), (2, 2, 2, 700, 1);",
+        )
+        .unwrap();
+        super::super::migrations::migrate(&mut conn).unwrap();
+        let starts: Vec<i64> = conn
+            .prepare("SELECT round_started_at FROM deliveries ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(starts, [100, 500, 900]);
     }
 }

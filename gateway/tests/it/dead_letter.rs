@@ -168,21 +168,6 @@ async fn redeliver_sends_a_dead_delivery_again_with_a_fresh_attempt_counter() {
             .all(|r| r.header("webhook-id") == d["event_id"].as_str().unwrap())
     );
     assert!(listed(&gw, "status=dead").await.is_empty());
-
-    // A delivery that is not finished cannot be redelivered.
-    sink.always(Reply::status(503));
-    gw.ingest("t", "x", json!({"n": 2})).await;
-    let pending = listed(&gw, "status=pending").await;
-    assert_eq!(pending.len(), 1);
-    gw.wait_until(&format!("/v1/deliveries/{}", pending[0]), WAIT, |d| {
-        d["attempt_count"] == 1 && d["status"] == "pending"
-    })
-    .await;
-    let (status, body) = gw
-        .post(&format!("/v1/deliveries/{}/redeliver", pending[0]), json!({}))
-        .await;
-    assert_eq!(status, 409, "{body}");
-    assert_eq!(body["error"]["code"], "delivery_pending");
 }
 
 #[tokio::test]

@@ -117,10 +117,6 @@ async fn redeliver_starts_a_new_round_with_a_fresh_attempt_counter() {
         d["attempt_count"] == 1 && d["status"] == "pending"
     })
     .await;
-    let (status, body) = gw.post(&format!("{path}/redeliver"), json!({})).await;
-    assert_eq!(status, 409, "a pending delivery is attempted by itself: {body}");
-    assert_eq!(body["error"]["code"], "delivery_pending");
-
     gw.advance(Duration::from_secs(1)).await;
     let d = gw.wait_until(&path, WAIT, |d| d["status"] == "failed").await;
     assert_eq!(d["attempt_count"], 2);
@@ -149,6 +145,61 @@ async fn redeliver_starts_a_new_round_with_a_fresh_attempt_counter() {
 
     let (status, body) = gw.post("/v1/deliveries/dlv_999999/redeliver", json!({})).await;
     assert_eq!(status, 404, "{body}");
+}
+
+/// Redeliver on a delivery that waits for its next retry attempts it now, in a new round, and
+/// the waiting attempt of the old round never happens.
+#[tokio::test]
+async fn redeliver_of_a_waiting_delivery_attempts_it_now_and_cancels_the_waiting_attempt() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(503), Reply::status(503)]);
+    let probe = Probe::start().await;
+    let yaml = config(&sink, &probe, "")
+        .replacen(
+            "health:\n  degrade_after_failures: 1\n  pause_min_failures: 1\n  pause_after: 1h\n  disable_after: 1d\n",
+            "",
+            1,
+        )
+        .replace("schedule: [0s, 1s]", "schedule: [0s, 1h, 1h]");
+    let gw = TestGateway::start(&yaml).await;
+    gw.ingest("t", "order.created", json!({"n": 1})).await;
+    let id = deliveries_of(&gw, "e").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/deliveries/{id}");
+    gw.wait_until(&path, WAIT, |d| {
+        d["attempt_count"] == 1 && d["status"] == "pending"
+    })
+    .await;
+
+    // Waiting an hour for attempt 2; the operator does not want to wait.
+    let (status, body) = gw.post(&format!("{path}/redeliver"), json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["round"], 2);
+    // Round 2, attempt 1 runs now, without the clock moving, and fails (the second 503).
+    let d = gw
+        .wait_until(&path, WAIT, |d| d["round"] == 2 && d["attempt_count"] == 1)
+        .await;
+    assert_eq!(d["status"], "pending");
+    // An hour on: exactly one attempt, round 2's second; the old round's waiting attempt is gone.
+    gw.advance(Duration::from_secs(3600)).await;
+    let d = gw.wait_until(&path, WAIT, |d| d["status"] == "succeeded").await;
+    let rounds: Vec<(u64, u64)> = d["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["round"].as_u64().unwrap(), a["n"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(rounds, [(1, 1), (2, 1), (2, 2)]);
+    gw.advance(Duration::from_secs(3 * 3600)).await;
+    gw.settle().await;
+    let numbers: Vec<String> = sink
+        .received()
+        .iter()
+        .map(|r| r.header("hookgate-delivery-attempt").to_owned())
+        .collect();
+    assert_eq!(numbers, ["1", "1", "2"]);
 }
 
 #[tokio::test]

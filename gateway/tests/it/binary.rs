@@ -1,0 +1,130 @@
+//! The real `hookgate` binary as a test subject: started as a child process on a loopback
+//! port with a config of the test's, killed (SIGKILL) when dropped so that a failing test
+//! leaves no process behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub struct RealGateway {
+    child: Child,
+    pub base: String,
+    pub log: PathBuf,
+    http: reqwest::Client,
+}
+
+/// A port that was free a moment ago; the child binds it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl RealGateway {
+    /// Writes `server.listen`, storage and plugin folders under `dir` plus `yaml` to
+    /// `dir/hookgate.yaml`, starts `hookgate serve --config … <args>`, and waits until it
+    /// answers `/healthz`.
+    pub async fn start(dir: &Path, yaml: &str, args: &[&str]) -> RealGateway {
+        let port = free_port();
+        let config = dir.join("hookgate.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {dir}/db/hookgate.db\nplugins:\n  dir: {dir}/plugins\n{yaml}",
+                dir = dir.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("gateway.log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap();
+        let gateway = RealGateway {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+            http: reqwest::Client::new(),
+        };
+        gateway.wait_healthy().await;
+        gateway
+    }
+
+    async fn wait_healthy(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(r) = self.http.get(format!("{}/healthz", self.base)).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "the gateway did not come up at {}; its log:\n{}",
+            self.base,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(&body))
+            .await
+    }
+
+    /// A POST with extra headers (`Idempotency-Key`…).
+    pub async fn post_with(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request).await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request.timeout(Duration::from_secs(10)).send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// Polls `path` until `check` holds, for at most `within` (real time).
+    pub async fn wait_until(&self, path: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (status, body) = self.get(path).await;
+            if status == 200 && check(&body) {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{path} did not reach the expected state within {within:?}; last answer: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for RealGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
