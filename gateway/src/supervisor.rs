@@ -109,10 +109,6 @@ impl Reloader {
     /// at the next planning step of each delivery; the listener, database and plugin folder are
     /// bound at start and change only with a restart.
     pub fn apply(&self, mut new: Config) {
-        if let Err(e) = new.check_plugin_bindings(|name| self.plugins.world_of(name).map(World::as_str)) {
-            self.refuse(&e);
-            return;
-        }
         let old = self.config.load_full();
         for (key, differs) in [
             ("server.listen", new.server.listen != old.server.listen),
@@ -174,12 +170,74 @@ impl Reloader {
         self.config.store(Arc::new(new));
         self.scheduler.reconfigured();
         tracing::info!(added, removed, changed, "config reloaded");
+        self.review_bindings(Announce::All);
         metrics::counter!("hookgate_config_reloads_total", "result" => "applied").increment(1);
         self.status.lock().expect("status lock").last_reload = Some(ReloadStatus {
             at: self.clock.now(),
             ok: true,
             errors: Vec::new(),
         });
+    }
+}
+
+/// Which binding problems [`Reloader::review_bindings`] logs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Announce {
+    /// Every current problem: at start and after a config reload, where the operator looks.
+    All,
+    /// Only what changed: after the plugin folder changed.
+    Changes,
+}
+
+impl Reloader {
+    /// Finds the plugin bindings that cannot work now (plugin missing or of another kind),
+    /// records them for `GET /v1/status`, the endpoints' `problems` and the
+    /// `hookgate_plugin_binding_problems` gauge, and logs them.
+    fn review_bindings(&self, announce: Announce) {
+        let found = self
+            .config
+            .load()
+            .plugin_binding_problems(|name| self.plugins.world_of(name).map(World::as_str));
+        let mut status = self.status.lock().expect("status lock");
+        let before = std::mem::replace(&mut status.binding_problems, found.clone());
+        drop(status);
+        for gone in before.iter().filter(|p| !found.contains(p)) {
+            binding_problem_gauge(gone).set(0.0);
+            tracing::info!("resolved: {gone}");
+        }
+        for problem in &found {
+            binding_problem_gauge(problem).set(1.0);
+            if announce == Announce::All || !before.contains(problem) {
+                tracing::warn!("{problem}; its attempts fail with plugin_error until it is");
+            }
+        }
+    }
+}
+
+fn binding_problem_gauge(p: &config::BindingProblem) -> metrics::Gauge {
+    metrics::gauge!(
+        "hookgate_plugin_binding_problems",
+        "endpoint" => p.endpoint.to_string(),
+        "binding" => p.role,
+        "plugin" => p.plugin.clone(),
+        "problem" => p.code(),
+    )
+}
+
+/// Reviews the plugin bindings whenever the plugin folder changes: a plugin that appears
+/// resolves a problem, one that is deleted or replaced by another kind makes one.
+async fn review_bindings_on_plugin_changes(reloader: Reloader, shutdown: CancellationToken) {
+    let mut changes = reloader.plugins.changes();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                reloader.review_bindings(Announce::Changes);
+            }
+        }
     }
 }
 
@@ -263,7 +321,6 @@ impl Gateway {
             .await
             .context("starting the plugin host")?
             .context("starting the plugin host")?;
-        config.check_plugin_bindings(|name| plugins.world_of(name).map(World::as_str))?;
 
         let config = Arc::new(ArcSwap::from_pointee(config));
         let (mut scheduler, scheduler_handle) = Scheduler::load(SchedulerDeps {
@@ -305,7 +362,7 @@ impl Gateway {
 
         let status = Arc::new(Mutex::new(RuntimeStatus {
             started_at: Some(clock.now()),
-            last_reload: None,
+            ..RuntimeStatus::default()
         }));
         let attempts = Arc::new(AttemptEnv {
             clock: clock.clone(),
@@ -365,6 +422,11 @@ impl Gateway {
             store: store.clone(),
             tasks: ingest_tasks.clone(),
         };
+        reloader.review_bindings(Announce::All);
+        tasks.spawn(review_bindings_on_plugin_changes(
+            reloader.clone(),
+            shutdown.child_token(),
+        ));
         if watch_config && let Some(path) = config.load().source.clone() {
             match config::watch::ConfigWatcher::start(path) {
                 Ok(watcher) => {

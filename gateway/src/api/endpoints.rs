@@ -52,10 +52,20 @@ fn endpoint(state: &AppState, name: &str) -> Result<Arc<EndpointConfig>, ApiErro
 
 async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, ApiError> {
     let history = state.store.endpoint_history(&ep.name, HISTORY_LIMIT).await?;
+    let problems = state
+        .status
+        .lock()
+        .expect("status lock")
+        .binding_problems
+        .iter()
+        .filter(|p| p.endpoint == ep.name)
+        .map(ToString::to_string)
+        .collect();
     Ok(EndpointView::new(
         ep,
         state.scheduler.health_of(&ep.name),
         history,
+        problems,
     ))
 }
 

@@ -56,6 +56,8 @@ pub struct AppState {
 pub struct RuntimeStatus {
     pub started_at: Option<crate::model::Timestamp>,
     pub last_reload: Option<ReloadStatus>,
+    /// Plugin bindings that cannot work now (plugin missing or of another kind).
+    pub binding_problems: Vec<crate::config::BindingProblem>,
 }
 
 #[derive(Debug, Clone)]

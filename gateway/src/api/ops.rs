@@ -84,6 +84,9 @@ pub(crate) struct StatusView {
     /// Deliveries the scheduler holds (waiting or in flight).
     queue_depth: u64,
     last_reload: Option<ReloadView>,
+    /// What keeps parts of the config from working now, e.g. `endpoint billing binds transform
+    /// plugin "cloudevent" which is not loaded`. Empty when all is well.
+    problems: Vec<String>,
 }
 
 /// What the gateway is running: version, config, queue depth and the last config reload.
@@ -105,5 +108,6 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
             ok: r.ok,
             errors: r.errors,
         }),
+        problems: runtime.binding_problems.iter().map(ToString::to_string).collect(),
     })
 }

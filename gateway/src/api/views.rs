@@ -194,10 +194,18 @@ pub(crate) struct EndpointView {
     pub(crate) dead_letter: bool,
     pub(crate) max_per_second: Option<f64>,
     pub(crate) history: Vec<HistoryView>,
+    /// What keeps the endpoint's deliveries from working as configured, e.g. `endpoint billing
+    /// binds transform plugin "cloudevent" which is not loaded`. Empty when all is well.
+    pub(crate) problems: Vec<String>,
 }
 
 impl EndpointView {
-    pub(crate) fn new(ep: &EndpointConfig, health: EndpointHealth, history: Vec<HistoryEntry>) -> Self {
+    pub(crate) fn new(
+        ep: &EndpointConfig,
+        health: EndpointHealth,
+        history: Vec<HistoryEntry>,
+        problems: Vec<String>,
+    ) -> Self {
         EndpointView {
             name: ep.name.to_string(),
             url: masked_url(&ep.url),
@@ -217,6 +225,7 @@ impl EndpointView {
             dead_letter: ep.dead_letter,
             max_per_second: ep.max_per_second,
             history: history.into_iter().map(HistoryView::from).collect(),
+            problems,
         }
     }
 }

@@ -256,6 +256,51 @@ pub struct RawEndpoint {
     pub description: Option<String>,
 }
 
+/// A plugin binding that cannot work right now: its plugin is not loaded, or is loaded as
+/// another kind (a signer bound as a transform).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingProblem {
+    pub endpoint: Arc<str>,
+    /// `transform`, `signer` or `backoff`.
+    pub role: &'static str,
+    pub plugin: String,
+    /// The kind the plugin is loaded as; `None` when it is not loaded.
+    pub loaded_as: Option<&'static str>,
+}
+
+impl BindingProblem {
+    /// The plugin kind (WIT world) the binding's role needs.
+    pub fn expected_world(&self) -> &'static str {
+        match self.role {
+            "transform" => "transformer",
+            other => other,
+        }
+    }
+
+    /// `missing` or `wrong_kind`, for metrics and the API.
+    pub fn code(&self) -> &'static str {
+        if self.loaded_as.is_some() {
+            "wrong_kind"
+        } else {
+            "missing"
+        }
+    }
+}
+
+impl fmt::Display for BindingProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "endpoint {} binds {} plugin \"{}\" which ",
+            self.endpoint, self.role, self.plugin
+        )?;
+        match self.loaded_as {
+            None => write!(f, "is not loaded"),
+            Some(found) => write!(f, "is a {found}, not a {}", self.expected_world()),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The validated config.
 
@@ -263,11 +308,6 @@ pub struct RawEndpoint {
 pub struct Config {
     /// The file this came from; None for the embedded default.
     pub source: Option<PathBuf>,
-    /// Where the plugin bindings stand in the file, for problems found after loading (a bound
-    /// plugin of the wrong kind, once it is loaded).
-    binding_lines: BTreeMap<String, usize>,
-    /// How problems name the file (its path, or `<embedded default>`).
-    label: String,
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub plugins: PluginsConfig,
@@ -426,43 +466,35 @@ impl Config {
             .unwrap_or_else(|| Arc::new(Policy::standard()))
     }
 
-    /// Checks every plugin binding against the kind of plugin loaded under its name:
+    /// Every plugin binding whose plugin is not loaded, or is loaded as another kind:
     /// `world_of(name)` is `Some("transformer" | "signer" | "backoff")` for a loaded plugin.
-    /// A plugin that is not loaded (yet) is not an error — its attempts fail with
-    /// `plugin_error` until it appears (SPEC §7); a plugin of the wrong kind is.
-    pub fn check_plugin_bindings(
+    /// The gateway reports these at start, at every reload and whenever the plugin folder
+    /// changes (log, `GET /v1/status`, the endpoint's `problems`, a metric), because the
+    /// binding's attempts fail with `plugin_error` until the plugin appears.
+    pub fn plugin_binding_problems(
         &self,
         world_of: impl Fn(&str) -> Option<&'static str>,
-    ) -> Result<(), ConfigError> {
+    ) -> Vec<BindingProblem> {
         let mut problems = Vec::new();
         for (name, ep) in &self.endpoints {
-            for (kind, world, binding) in [
-                ("transform", "transformer", &ep.transform),
-                ("signer", "signer", &ep.signer),
-                ("backoff", "backoff", &ep.backoff),
+            for (role, binding) in [
+                ("transform", &ep.transform),
+                ("signer", &ep.signer),
+                ("backoff", &ep.backoff),
             ] {
                 let Some(binding) = binding else { continue };
-                if let Some(found) = world_of(&binding.plugin)
-                    && found != world
-                {
-                    let path = format!("endpoints.{name}.{kind}.plugin");
-                    problems.push(Problem {
-                        file: self.label.clone(),
-                        line: self.binding_lines.get(&path).copied().unwrap_or(1),
-                        reason: format!(
-                            "plugin `{}` is a {found}, but `{kind}` needs a {world}",
-                            binding.plugin
-                        ),
-                        path,
-                    });
+                let problem = BindingProblem {
+                    endpoint: name.clone(),
+                    role,
+                    plugin: binding.plugin.clone(),
+                    loaded_as: world_of(&binding.plugin),
+                };
+                if problem.loaded_as != Some(problem.expected_world()) {
+                    problems.push(problem);
                 }
             }
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError { problems })
-        }
+        problems
     }
 
     /// Whether apps may post to `topic`.
@@ -772,20 +804,8 @@ fn build(
         v.problems.sort_by_key(|p| p.line);
         return Err(ConfigError { problems: v.problems });
     }
-    let binding_lines = endpoints
-        .keys()
-        .flat_map(|name| {
-            ["transform", "signer", "backoff"].map(|kind| format!("endpoints.{name}.{kind}.plugin"))
-        })
-        .map(|path| {
-            let line = line_of(&path);
-            (path, line)
-        })
-        .collect();
     Ok(Config {
         source,
-        binding_lines,
-        label: label.to_owned(),
         server,
         storage,
         plugins,

@@ -24,6 +24,7 @@ mod late_rounds;
 mod ops;
 mod ops_cli;
 mod ordering;
+mod plugin_bindings;
 mod plugins_e2e;
 mod policies;
 mod recovery;
