@@ -110,35 +110,12 @@ impl Reloader {
     /// bound at start and change only with a restart.
     pub fn apply(&self, mut new: Config) {
         let old = self.config.load_full();
-        for (key, differs) in [
-            ("server.listen", new.server.listen != old.server.listen),
-            (
-                "server.header_timeout",
-                new.server.header_timeout != old.server.header_timeout,
-            ),
-            (
-                "server.body_timeout",
-                new.server.body_timeout != old.server.body_timeout,
-            ),
-            ("storage.path", new.storage.path != old.storage.path),
-            (
-                "delivery.ca_certs",
-                new.delivery.extra_roots != old.delivery.extra_roots,
-            ),
-            ("plugins.dir", new.plugins.dir != old.plugins.dir),
-        ] {
-            if differs {
-                tracing::warn!(
-                    key,
-                    "this setting changes only with a restart; keeping the running value"
-                );
-            }
+        for key in keep_restart_only_settings(&mut new, &old) {
+            tracing::warn!(
+                key,
+                "this setting changes only with a restart; keeping the running value"
+            );
         }
-        new.server.listen = old.server.listen;
-        new.server.header_timeout = old.server.header_timeout;
-        new.server.body_timeout = old.server.body_timeout;
-        new.storage.path = old.storage.path.clone();
-        new.delivery.extra_roots = old.delivery.extra_roots.clone();
         if new.storage.max_size_bytes != old.storage.max_size_bytes {
             // Through the writer, between two commits: raising the cap is how a full store
             // gets room again, without a restart.
@@ -149,7 +126,6 @@ impl Reloader {
                 }
             });
         }
-        new.plugins.dir = old.plugins.dir.clone();
         let added = new
             .endpoints
             .keys()
@@ -178,6 +154,59 @@ impl Reloader {
             errors: Vec::new(),
         });
     }
+}
+
+/// Puts back into `new` the running value of every setting that is read only at start, and
+/// names those that the new config wanted to change. This list is the one place that says
+/// which settings need a restart (the README's "Live reload" repeats it for users).
+fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static str> {
+    fn keep<T: PartialEq + Clone>(new: &mut T, old: &T) -> bool {
+        let differs = new != old;
+        if differs {
+            *new = old.clone();
+        }
+        differs
+    }
+    [
+        ("server.listen", keep(&mut new.server.listen, &old.server.listen)),
+        (
+            "server.header_timeout",
+            keep(&mut new.server.header_timeout, &old.server.header_timeout),
+        ),
+        (
+            "server.body_timeout",
+            keep(&mut new.server.body_timeout, &old.server.body_timeout),
+        ),
+        (
+            "server.shutdown_grace",
+            keep(&mut new.server.shutdown_grace, &old.server.shutdown_grace),
+        ),
+        ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
+        (
+            "delivery.ca_certs",
+            keep(&mut new.delivery.extra_roots, &old.delivery.extra_roots),
+        ),
+        ("plugins.dir", keep(&mut new.plugins.dir, &old.plugins.dir)),
+        (
+            "plugins.cache_dir",
+            keep(&mut new.plugins.cache_dir, &old.plugins.cache_dir),
+        ),
+        (
+            "plugins.call_timeout",
+            keep(&mut new.plugins.call_timeout, &old.plugins.call_timeout),
+        ),
+        (
+            "plugins.memory",
+            keep(&mut new.plugins.memory_bytes, &old.plugins.memory_bytes),
+        ),
+        (
+            "plugins.max_output",
+            keep(&mut new.plugins.max_output_bytes, &old.plugins.max_output_bytes),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
 }
 
 /// Which binding problems [`Reloader::review_bindings`] logs.

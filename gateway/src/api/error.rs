@@ -16,6 +16,9 @@ pub struct ApiError {
     pub message: String,
     /// Seconds, for 429 and 503.
     pub retry_after: Option<u64>,
+    /// The existing resource a conflict is about (a duplicate event's id), for clients that
+    /// carry on with it.
+    pub id: Option<String>,
 }
 
 /// The body of every error answer.
@@ -30,6 +33,9 @@ pub(crate) struct ErrorDetail {
     code: &'static str,
     /// For humans.
     message: String,
+    /// The id of the existing resource a conflict is about (`duplicate_event`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
 }
 
 impl ApiError {
@@ -39,6 +45,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            id: None,
         }
     }
 
@@ -73,10 +80,13 @@ const STORAGE_RETRY_AFTER_S: u64 = 5;
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::DuplicateEvent { topic, id } => ApiError::conflict(
-                "duplicate_event",
-                format!("event `{id}` already exists in topic `{topic}`"),
-            ),
+            StoreError::DuplicateEvent { topic, id } => ApiError {
+                id: Some(id.clone()),
+                ..ApiError::conflict(
+                    "duplicate_event",
+                    format!("event `{id}` already exists in topic `{topic}`"),
+                )
+            },
             StoreError::NotFound(what) => ApiError::not_found("not_found", format!("{what} not found")),
             StoreError::Conflict(message) => ApiError::conflict("conflict", message),
             StoreError::Unavailable(message) => {
@@ -122,6 +132,7 @@ impl IntoResponse for ApiError {
                 error: ErrorDetail {
                     code: self.code,
                     message: self.message,
+                    id: self.id,
                 },
             }),
         )

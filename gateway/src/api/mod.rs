@@ -13,6 +13,7 @@ mod idempotency;
 mod ops;
 mod plugins;
 mod policies;
+mod topics;
 mod views;
 
 use std::sync::{Arc, Mutex};
@@ -87,6 +88,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(endpoints::router())
         .merge(plugins::router())
         .merge(policies::router())
+        .merge(topics::router())
         .merge(ops::router())
         .split_for_parts();
     let doc = Arc::new(openapi.clone());

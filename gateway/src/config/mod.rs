@@ -444,13 +444,27 @@ const RESERVED_HEADERS: &[&str] = &[
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DB_PATH: &str = "./data/hookgate.db";
 pub const DEFAULT_PLUGIN_DIR: &str = "./plugins";
+/// The one topic of the embedded default, so that a newcomer's first event is accepted.
+pub const DEFAULT_TOPIC: &str = "default";
 
 impl Config {
-    /// The config a newcomer gets with no file: loopback listener, SQLite under `./data`,
-    /// no topics or endpoints until a file declares them.
+    /// The config a newcomer gets with no file: loopback listener, SQLite under `./data`, and
+    /// one topic, `default`, so that the first `curl` is accepted (and visible in
+    /// `GET /v1/topics` and `GET /v1/events/{id}`); no endpoints until a file declares them.
     pub fn embedded_default() -> Config {
-        build(RawConfig::default(), None, "<embedded default>", &|_| 1)
-            .expect("the embedded default config is valid")
+        let raw = RawConfig {
+            topics: BTreeMap::from([(
+                DEFAULT_TOPIC.to_owned(),
+                RawTopic {
+                    description: Some(
+                        "the embedded default's topic: events are stored, no endpoint subscribes yet".into(),
+                    ),
+                    ..RawTopic::default()
+                },
+            )]),
+            ..RawConfig::default()
+        };
+        build(raw, None, "<embedded default>", &|_| 1).expect("the embedded default config is valid")
     }
 
     /// The policy for deliveries of `topic` to `endpoint`: the endpoint's, else the topic's,

@@ -77,6 +77,9 @@ fn the_embedded_default_listens_on_loopback_and_stores_under_data() {
     assert_eq!(c.server.max_body_bytes, 256 * 1024);
     assert_eq!(c.delivery.timeout, Duration::from_secs(10));
     assert!(c.policies.contains_key("standard"));
+    // A newcomer's first event has somewhere to go.
+    assert!(c.has_topic("default"));
+    assert!(c.endpoints.is_empty());
 }
 
 #[test]

@@ -141,6 +141,8 @@ async fn a_duplicate_event_id_is_409_and_creates_nothing() {
     assert_eq!(status, 409);
     assert_eq!(code(&body), "duplicate_event");
     assert!(body["error"]["message"].as_str().unwrap().contains("ord-1"));
+    // The existing event's id as a field, for clients that carry on with it.
+    assert_eq!(body["error"]["id"], "ord-1");
     sink.wait_for(1, std::time::Duration::from_secs(10)).await;
     let (_, list) = gw.get("/v1/deliveries").await;
     assert_eq!(list["deliveries"].as_array().unwrap().len(), 1);

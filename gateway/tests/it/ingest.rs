@@ -251,3 +251,54 @@ async fn the_delivery_log_pages_newest_first() {
     assert_eq!(page3["deliveries"].as_array().unwrap().len(), 1);
     assert!(page3["next_cursor"].is_null());
 }
+
+/// With no config file, a newcomer's first event is accepted: the embedded default has a
+/// `default` topic, listed by `GET /v1/topics`, and the event is stored and readable.
+#[tokio::test]
+async fn the_embedded_default_accepts_a_first_event_on_its_default_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = hookgate::config::Config::embedded_default();
+    // Everything else stays the embedded default's; only the files go to the temp dir.
+    config.storage.path = dir.path().join("hookgate.db");
+    config.plugins.dir = dir.path().join("plugins");
+    let mut options = hookgate::GatewayOptions::new(
+        config,
+        std::sync::Arc::new(hookgate::clock::ManualClock::new(crate::support::START)),
+    );
+    options.listener = Some(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    let gateway = hookgate::Gateway::start(options).await.unwrap();
+    let base = format!("http://{}", gateway.addr());
+    let http = reqwest::Client::new();
+
+    let topics: serde_json::Value = http
+        .get(format!("{base}/v1/topics"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        topics["topics"],
+        json!([{"name": "default", "policy": null, "endpoints": []}])
+    );
+    let answer = http
+        .post(format!("{base}/v1/topics/default/events"))
+        .json(&json!({"type": "hello", "payload": {"first": true}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let accepted: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(accepted["deliveries"], 0);
+    let event: serde_json::Value = http
+        .get(format!("{base}/v1/events/{}", accepted["id"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(event["payload"], json!({"first": true}));
+    gateway.shutdown().await;
+}

@@ -224,26 +224,24 @@ async fn a_dropping_transform_ends_the_delivery_as_succeeded_without_sending() {
     assert_eq!(sink.count(), 0);
 }
 
+/// A signer bound as a transform does not keep the gateway from starting (the plugin folder
+/// may still change): it is reported, and the binding's attempts fail with `plugin_error`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn binding_a_plugin_of_the_wrong_kind_is_a_config_error() {
+async fn a_plugin_of_the_wrong_kind_is_reported_at_start() {
     let dir = dir_with_plugins(&["github-signature"]).await;
-    let yaml = format!(
-        "{}topics:\n  t: {{}}\nendpoints:\n  e:\n    url: http://127.0.0.1:9/\n    topics: [t]\n    transform: {{ plugin: github-signature }}\n",
-        crate::support::base_yaml(dir.path())
+    let gw = TestGateway::start_in(
+        dir,
+        "topics:\n  t: {}\nendpoints:\n  wrong-kind:\n    url: http://127.0.0.1:9/\n    topics: [t]\n    transform: { plugin: github-signature }\n",
+        clock(),
+    )
+    .await;
+    let (_, status) = gw.get("/v1/status").await;
+    assert_eq!(
+        status["problems"],
+        json!([
+            "endpoint wrong-kind binds transform plugin \"github-signature\" which is a signer, not a transformer"
+        ])
     );
-    let path = dir.path().join("hookgate.yaml");
-    let transform_line = yaml.lines().position(|l| l.contains("transform:")).unwrap() + 1;
-    std::fs::write(&path, yaml).unwrap();
-    let config = hookgate::config::load_file(&path).unwrap();
-    let options = hookgate::GatewayOptions::new(config, std::sync::Arc::new(clock()));
-    let err = match hookgate::Gateway::start(options).await {
-        Ok(_) => panic!("a signer bound as a transform must not start"),
-        Err(e) => format!("{e:#}"),
-    };
-    let expected = format!(
-        "hookgate.yaml:{transform_line}: endpoints.e.transform.plugin: plugin `github-signature` is a signer"
-    );
-    assert!(err.contains(&expected), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

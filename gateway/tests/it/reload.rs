@@ -186,3 +186,50 @@ async fn the_file_watcher_applies_rename_style_saves() {
     other.wait_for(1, WAIT).await;
     assert_eq!(sink.count(), 0);
 }
+
+/// Settings read only at start keep their running value through a reload, with a warning that
+/// names each; the reloadable ones in the same file take effect.
+#[tokio::test]
+async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restart() {
+    let sink = Sink::start().await;
+    let endpoints = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n",
+        sink.url("/")
+    );
+    let gw = TestGateway::start(&endpoints).await;
+    let before = gw.gateway.as_ref().unwrap().config();
+    let changed = format!("server:\n  shutdown_grace: 3s\n  header_timeout: 7s\n{endpoints}");
+    // The base YAML already has `plugins:` and `delivery:` sections; extend them in place.
+    let text = format!("{}{changed}", crate::support::base_yaml(gw.dir.path()))
+        .replace(
+            "plugins:\n",
+            "plugins:\n  call_timeout: 250ms\n  memory: 48MiB\n  max_output: 2MiB\n",
+        )
+        .replace("delivery:\n", "delivery:\n  max_in_flight: 77\n");
+    std::fs::write(gw.config_path(), text).unwrap();
+    gw.reloader().reload_from_file();
+    let (_, status) = gw.get("/v1/status").await;
+    assert_eq!(status["last_reload"]["ok"], true, "{status}");
+
+    let after = gw.gateway.as_ref().unwrap().config();
+    assert_eq!(after.delivery.max_in_flight, 77, "reloadable: applied");
+    assert_eq!(after.server.shutdown_grace, before.server.shutdown_grace);
+    assert_eq!(after.server.header_timeout, before.server.header_timeout);
+    assert_eq!(after.plugins.call_timeout, before.plugins.call_timeout);
+    assert_eq!(after.plugins.memory_bytes, before.plugins.memory_bytes);
+    assert_eq!(after.plugins.max_output_bytes, before.plugins.max_output_bytes);
+    let logs = crate::support::captured_logs();
+    for key in [
+        "server.shutdown_grace",
+        "server.header_timeout",
+        "plugins.call_timeout",
+        "plugins.memory",
+        "plugins.max_output",
+    ] {
+        assert!(
+            logs.lines()
+                .any(|l| l.contains("changes only with a restart") && l.contains(key)),
+            "no restart warning for {key}"
+        );
+    }
+}
