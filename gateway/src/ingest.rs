@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
+use crate::commit::{Committer, ToSchedule};
 use crate::config::Config;
+use crate::health::EndpointHealth;
 use crate::model::{Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError};
@@ -61,8 +62,7 @@ pub struct Ingestor {
     pub(crate) config: Arc<ArcSwap<Config>>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) scheduler: SchedulerHandle,
-    /// Owns the commit tasks, so that shutdown waits for them.
-    pub(crate) tasks: TaskTracker,
+    pub(crate) committer: Committer,
 }
 
 pub fn new_event_id() -> String {
@@ -75,14 +75,14 @@ impl Ingestor {
         config: Arc<ArcSwap<Config>>,
         store: Arc<dyn Store>,
         scheduler: SchedulerHandle,
-        tasks: TaskTracker,
+        committer: Committer,
     ) -> Self {
         Ingestor {
             clock,
             config,
             store,
             scheduler,
-            tasks,
+            committer,
         }
     }
 
@@ -117,63 +117,64 @@ impl Ingestor {
     }
 
     /// Writes the events, their deliveries and the idempotency record in one durable commit,
-    /// then hands the deliveries to the scheduler.
-    ///
-    /// Runs in its own task: a client that hangs up cannot cancel it between the commit and the
-    /// scheduling, which would leave committed deliveries unscheduled until a restart.
+    /// then hands the deliveries to the scheduler (through the [`Committer`], so a client that
+    /// hangs up cannot separate the two).
     pub async fn commit(
         &self,
         prepared: Prepared,
         idempotency: Option<IdempotencyRecord>,
     ) -> Result<Committed, StoreError> {
-        let this = self.clone();
-        let task = self.tasks.spawn(async move {
-            // One count per topic and commit, not one metric update per event.
-            let mut per_topic: Vec<(String, u64)> = Vec::new();
-            for item in &prepared.items {
-                match per_topic.iter_mut().find(|(t, _)| *t == item.event.topic) {
-                    Some((_, n)) => *n += 1,
-                    None => per_topic.push((item.event.topic.clone(), 1)),
-                }
+        self.committer
+            .commit(self.clone().write(prepared, idempotency))
+            .await
+    }
+
+    async fn write(
+        self,
+        prepared: Prepared,
+        idempotency: Option<IdempotencyRecord>,
+    ) -> Result<(Committed, ToSchedule), StoreError> {
+        // One count per topic and commit, not one metric update per event.
+        let mut per_topic: Vec<(String, u64)> = Vec::new();
+        for item in &prepared.items {
+            match per_topic.iter_mut().find(|(t, _)| *t == item.event.topic) {
+                Some((_, n)) => *n += 1,
+                None => per_topic.push((item.event.topic.clone(), 1)),
             }
-            let outcome = this
-                .store
-                .ingest(IngestBatch {
-                    items: prepared.items,
-                    idempotency,
-                    now: prepared.now,
-                })
-                .await?;
-            match outcome {
-                IngestOutcome::Committed(ready) => {
-                    for (topic, n) in per_topic {
-                        metrics::counter!("hookgate_events_ingested_total", "topic" => topic).increment(n);
-                    }
-                    this.scheduler.enqueue(ready);
-                    Ok(Committed::Fresh)
+        }
+        let batch = IngestBatch {
+            items: prepared.items,
+            idempotency,
+            now: prepared.now,
+        };
+        match self.store.ingest(batch).await? {
+            IngestOutcome::Committed(ready) => {
+                for (topic, n) in per_topic {
+                    metrics::counter!("hookgate_events_ingested_total", "topic" => topic).increment(n);
                 }
-                IngestOutcome::AlreadyDone(first) => Ok(Committed::Earlier(first)),
+                Ok((Committed::Fresh, ToSchedule::Ready(ready)))
             }
-        });
-        task.await
-            .map_err(|e| StoreError::Internal(format!("ingest task failed: {e}")))?
+            IngestOutcome::AlreadyDone(first) => Ok((Committed::Earlier(first), ToSchedule::Nothing)),
+        }
     }
 
     /// Publishes an operator event (`hookgate.endpoint.paused`…) on the configured operator
     /// topic, if there is one. Fire and forget: a failure is logged, never blocks delivery.
-    pub fn publish_operator_event(
-        &self,
-        endpoint: &str,
-        event_type: &'static str,
-        payload: serde_json::Value,
-    ) {
+    pub fn publish_operator_event(&self, endpoint: &str, event_type: &'static str, health: &EndpointHealth) {
         let Some(topic) = self.config.load().health.operator_topic.clone() else {
             return;
         };
-        let mut body = payload;
-        if let serde_json::Value::Object(map) = &mut body {
-            map.insert("endpoint".into(), endpoint.into());
-        }
+        // The receiver sees only the payload, so it names the event type too: `recovered` and
+        // `reenabled` both end in `active`.
+        let body = serde_json::json!({
+            "type": event_type,
+            "endpoint": endpoint,
+            "state": health.state.as_str(),
+            "consecutive_failures": health.consecutive_failures,
+            "failing_since": health.failing_since,
+            "last_success_at": health.last_success_at,
+            "changed_at": health.changed_at,
+        });
         let prepared = self.prepare(vec![NewEvent {
             id: None,
             topic,
@@ -182,11 +183,11 @@ impl Ingestor {
             payload: Bytes::from(body.to_string()),
             ordering_key: Some(endpoint.to_owned()),
         }]);
-        let this = self.clone();
-        self.tasks.spawn(async move {
-            if let Err(e) = this.commit(prepared, None).await {
-                tracing::warn!(error = %e, event_type, "could not publish an operator event");
-            }
-        });
+        let write = self.clone().write(prepared, None);
+        self.committer
+            .commit_in_background("publishing an operator event", async move {
+                let (_, to_schedule) = write.await?;
+                Ok(((), to_schedule))
+            });
     }
 }

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod cli;
 pub mod clock;
+pub mod commit;
 pub mod config;
 pub mod delivery;
 pub mod health;
@@ -13,6 +14,7 @@ pub mod ingest;
 pub mod model;
 pub mod plugins;
 pub mod policy;
+pub mod recovery;
 pub mod scheduler;
 pub mod server;
 pub mod store;

@@ -18,13 +18,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, AppState, ReloadStatus, RuntimeStatus};
+use crate::api::{self, ApiDeps, AppState, ReloadStatus, RuntimeStatus};
 use crate::clock::Clock;
+use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
 use crate::plugins::{PluginHost, PluginLimits, World};
+use crate::recovery::Recovery;
 use crate::scheduler::attempt::AttemptEnv;
 use crate::scheduler::{Scheduler, SchedulerDeps, SchedulerHandle};
 use crate::server::{self, ServerLimits};
@@ -363,31 +365,29 @@ impl Gateway {
         .context("rebuilding the delivery queue")?;
 
         let ingest_tasks = TaskTracker::new();
+        let committer = Committer::new(scheduler_handle.clone(), ingest_tasks.clone());
         let ingestor = Ingestor::new(
             clock.clone(),
             config.clone(),
             store.clone(),
             scheduler_handle.clone(),
-            ingest_tasks.clone(),
+            committer.clone(),
         );
         {
             let ingestor = ingestor.clone();
             scheduler.set_publisher(Arc::new(
                 move |endpoint: Arc<str>, event_type: &'static str, h: EndpointHealth| {
-                    // The receiver sees only the payload, so it names the event type too:
-                    // `recovered` and `reenabled` both end in `active`.
-                    let payload = serde_json::json!({
-                        "type": event_type,
-                        "state": h.state.as_str(),
-                        "consecutive_failures": h.consecutive_failures,
-                        "failing_since": h.failing_since,
-                        "last_success_at": h.last_success_at,
-                        "changed_at": h.changed_at,
-                    });
-                    ingestor.publish_operator_event(&endpoint, event_type, payload);
+                    ingestor.publish_operator_event(&endpoint, event_type, &h);
                 },
             ));
         }
+        let recovery = Recovery {
+            clock: clock.clone(),
+            config: config.clone(),
+            store: store.clone(),
+            scheduler: scheduler_handle.clone(),
+            committer,
+        };
 
         let status = Arc::new(Mutex::new(RuntimeStatus {
             started_at: Some(clock.now()),
@@ -398,16 +398,17 @@ impl Gateway {
             sender: sender.clone(),
             plugins: plugins.clone(),
         });
-        let state = AppState::new(
-            config.clone(),
-            store.clone(),
-            scheduler_handle.clone(),
+        let state = AppState::new(ApiDeps {
+            config: config.clone(),
+            store: store.clone(),
+            scheduler: scheduler_handle.clone(),
             ingestor,
-            clock.clone(),
+            recovery,
+            clock: clock.clone(),
             attempts,
             metrics,
-            status.clone(),
-        );
+            status: status.clone(),
+        });
         let (router, _) = api::router(state);
 
         let listener = match listener {

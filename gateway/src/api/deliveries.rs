@@ -209,37 +209,7 @@ async fn redeliver(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<DeliveryView>), ApiError> {
     let id = parse_delivery_id(&id)?;
-    let (row, _) = state
-        .store
-        .delivery(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("delivery_not_found", format!("no delivery `{id}`")))?;
-    let config = state.config.load();
-    if !config.endpoints.contains_key(row.endpoint.as_str()) {
-        return Err(ApiError::conflict(
-            "endpoint_removed",
-            format!("endpoint `{}` is no longer configured", row.endpoint),
-        ));
-    }
-    let health = state.scheduler.health_of(&row.endpoint);
-    if !health.state.receives_events() {
-        return Err(ApiError::conflict(
-            "endpoint_not_active",
-            format!(
-                "endpoint `{}` is {}; re-enable it first",
-                row.endpoint, health.state
-            ),
-        ));
-    }
-    if state.scheduler.is_in_flight(id) {
-        return Err(ApiError::conflict(
-            "delivery_in_flight",
-            format!("an attempt of delivery `{id}` is running now; wait for its outcome"),
-        ));
-    }
-    let now = state.clock.now();
-    let restarted = state.store.restart_delivery(id, now, true).await?;
-    state.scheduler.restarted(restarted);
+    state.recovery.redeliver(id).await?;
     let (row, _) = state
         .store
         .delivery(id)

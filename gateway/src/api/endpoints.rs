@@ -1,9 +1,6 @@
 //! Endpoints: their health and history, and the recovery calls (test, re-enable, replay,
 //! redrive). SPEC §5, §6.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
@@ -21,8 +18,8 @@ use super::views::{EndpointList, EndpointView};
 use super::{ApiError, AppState};
 use crate::config::EndpointConfig;
 use crate::model::{Event, Outcome, Timestamp};
+use crate::recovery::{Replay, ReplayAnswer, Replayed};
 use crate::scheduler::attempt::{self, AttemptInput, AttemptResult};
-use crate::store::{AnswerFn, IngestOutcome, ReadyDelivery, ReplayWindow};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -34,21 +31,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(redrive))
 }
 
-/// How far back a replay may reach (SPEC §6).
-pub(crate) const REPLAY_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
-/// How many events one replay re-sends at most (SPEC §6).
-pub(crate) const REPLAY_MAX_EVENTS: u32 = 10_000;
 const HISTORY_LIMIT: u32 = 100;
-
-fn endpoint(state: &AppState, name: &str) -> Result<Arc<EndpointConfig>, ApiError> {
-    state
-        .config
-        .load()
-        .endpoints
-        .get(name)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("endpoint_not_found", format!("no endpoint `{name}`")))
-}
 
 async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, ApiError> {
     let history = state.store.endpoint_history(&ep.name, HISTORY_LIMIT).await?;
@@ -93,7 +76,7 @@ async fn get_endpoint(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let ep = endpoint(&state, &name)?;
+    let ep = state.recovery.endpoint(&name)?;
     Ok(Json(view(&state, &ep).await?))
 }
 
@@ -135,7 +118,7 @@ async fn test_endpoint(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Json<TestOutcome>, ApiError> {
-    let ep = endpoint(&state, &name)?;
+    let ep = state.recovery.endpoint(&name)?;
     let config = state.config.load_full();
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, config.server.max_body_bytes).await?;
@@ -224,163 +207,24 @@ pub(crate) struct ReplayOutcome {
     last_delivery: Option<String>,
 }
 
+impl From<&Replayed> for ReplayOutcome {
+    fn from(r: &Replayed) -> Self {
+        ReplayOutcome {
+            endpoint: r.endpoint.clone(),
+            since: r.since,
+            until: r.until,
+            queued: r.queued,
+            truncated: r.truncated(),
+            continue_from: r.continue_from,
+            first_delivery: r.first_delivery.map(|d| d.to_string()),
+            last_delivery: r.last_delivery.map(|d| d.to_string()),
+        }
+    }
+}
+
 fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
     Timestamp::parse_rfc3339(text)
         .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
-}
-
-/// The start of a replay window, at most 7 days back (SPEC §6).
-fn replay_start(now: Timestamp, field: &str, text: &str) -> Result<Timestamp, ApiError> {
-    let since = parse_time(field, text)?;
-    if since < now.minus(REPLAY_MAX_AGE) {
-        return Err(ApiError::bad_request(
-            "replay_window_too_large",
-            format!(
-                "`{field}` may be at most 7 days back (not before {})",
-                now.minus(REPLAY_MAX_AGE)
-            ),
-        ));
-    }
-    Ok(since)
-}
-
-/// Checks a replay window against SPEC §6's limits.
-fn replay_window(
-    now: Timestamp,
-    since: &str,
-    until: Option<&str>,
-) -> Result<(Timestamp, Timestamp), ApiError> {
-    let since = replay_start(now, "since", since)?;
-    // The window is [since, until); by default it ends just after now, so that an event
-    // received this very millisecond is included.
-    let end_of_now = now.plus(Duration::from_millis(1));
-    let until = until
-        .map(|u| parse_time("until", u))
-        .transpose()?
-        .unwrap_or(end_of_now)
-        .min(end_of_now);
-    if until <= since {
-        return Err(ApiError::bad_request(
-            "invalid_window",
-            "`until` must be after `since`",
-        ));
-    }
-    Ok((since, until))
-}
-
-/// The events one replay call queues, oldest first, and where the next call continues if
-/// the window holds more than [`REPLAY_MAX_EVENTS`].
-///
-/// The cursor is a time (SPEC §6), and times have millisecond precision while a batch of
-/// events shares one receipt time. So a truncated batch ends at a millisecond boundary: it
-/// holds every matching event before `continue_from` and none from it on, and continuing
-/// from there neither repeats nor skips an event. That may queue a few fewer than 10 000.
-/// Should more than 10 000 events share the window's first millisecond, that millisecond is
-/// queued whole: a little over the limit, rather than a cursor that cannot move forward.
-async fn replay_batch(
-    state: &AppState,
-    window: impl Fn(Timestamp, Timestamp) -> ReplayWindow,
-    since: Timestamp,
-    until: Timestamp,
-) -> Result<(Vec<Arc<Event>>, Option<Timestamp>), ApiError> {
-    let limit = REPLAY_MAX_EVENTS as usize;
-    let mut events = state
-        .store
-        .events_in_window(window(since, until), REPLAY_MAX_EVENTS + 1)
-        .await?;
-    if events.len() <= limit {
-        return Ok((events, None));
-    }
-    let first_unsent = events[limit].received_at;
-    events.truncate(limit);
-    let whole_milliseconds = events.partition_point(|e| e.received_at < first_unsent);
-    if whole_milliseconds > 0 {
-        events.truncate(whole_milliseconds);
-        return Ok((events, Some(first_unsent)));
-    }
-    let next_millisecond = first_unsent.plus(Duration::from_millis(1));
-    let crowded = state
-        .store
-        .events_in_window(window(first_unsent, next_millisecond), u32::MAX)
-        .await?;
-    let more = !state
-        .store
-        .events_in_window(window(next_millisecond, until), 1)
-        .await?
-        .is_empty();
-    Ok((crowded, more.then_some(next_millisecond)))
-}
-
-enum Queued {
-    Fresh(ReplayOutcome),
-    /// The idempotency key's first answer, found at commit time.
-    Earlier(Response),
-}
-
-/// Queues the endpoint's matching events of the window again (at most 10 000).
-async fn queue_replay(
-    state: &AppState,
-    ep: &EndpointConfig,
-    since: Timestamp,
-    until: Timestamp,
-    claim: Option<idempotency::Claim>,
-) -> Result<Queued, ApiError> {
-    let matcher = {
-        let ep = ep.clone();
-        Arc::new(move |e: &Event| ep.matches_type(&e.event_type))
-    };
-    let window = |since: Timestamp, until: Timestamp| ReplayWindow {
-        topics: ep.topics.clone(),
-        since,
-        until,
-        matches: matcher.clone(),
-    };
-    let (events, continue_from) = replay_batch(state, window, since, until).await?;
-    let truncated = continue_from.is_some();
-    let endpoint_name = ep.name.to_string();
-    // The answer names the new deliveries, so it is made inside the commit that creates them.
-    let answer = move |ready: &[ReadyDelivery]| ReplayOutcome {
-        endpoint: endpoint_name.clone(),
-        since,
-        until,
-        queued: ready.len(),
-        truncated,
-        continue_from,
-        first_delivery: ready.first().map(|d| d.id.to_string()),
-        last_delivery: ready.last().map(|d| d.id.to_string()),
-    };
-    let now = state.clock.now();
-    let idempotency = claim.as_ref().map(|c| {
-        let answer = answer.clone();
-        let make: AnswerFn = Box::new(move |ready: &[ReadyDelivery]| {
-            Bytes::from(serde_json::to_vec(&answer(ready)).expect("serializes"))
-        });
-        (c.record(StatusCode::ACCEPTED, Bytes::new(), now), make)
-    });
-    match state
-        .store
-        .create_deliveries(&ep.name, events, idempotency, now)
-        .await?
-    {
-        IngestOutcome::Committed(ready) => {
-            let outcome = answer(&ready);
-            state.scheduler.enqueue(ready);
-            Ok(Queued::Fresh(outcome))
-        }
-        IngestOutcome::AlreadyDone(first) => Ok(Queued::Earlier(idempotency::replay(&first))),
-    }
-}
-
-fn ensure_receiving(state: &AppState, ep: &EndpointConfig) -> Result<(), ApiError> {
-    let health = state.scheduler.health_of(&ep.name);
-    if health.state.receives_events() {
-        Ok(())
-    } else {
-        Err(ApiError::conflict(
-            "endpoint_not_active",
-            format!("endpoint `{}` is {}; re-enable it first", ep.name, health.state),
-        ))
-    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -408,7 +252,7 @@ async fn replay(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let ep = endpoint(&state, &name)?;
+    let ep = state.recovery.endpoint(&name)?;
     let caller = request
         .extensions()
         .get::<Caller>()
@@ -430,11 +274,24 @@ async fn replay(
         Begin::Fresh(claim) => claim,
         Begin::NoKey => unreachable!("checked above"),
     };
-    ensure_receiving(&state, &ep)?;
-    let (since, until) = replay_window(state.clock.now(), &input.since, input.until.as_deref())?;
-    match queue_replay(&state, &ep, since, until, Some(claim)).await? {
-        Queued::Fresh(answer) => Ok((StatusCode::ACCEPTED, Json(answer)).into_response()),
-        Queued::Earlier(response) => Ok(response),
+    state.recovery.ensure_receiving(&ep.name)?;
+    let since = parse_time("since", &input.since)?;
+    let until = input
+        .until
+        .as_deref()
+        .map(|u| parse_time("until", u))
+        .transpose()?;
+    let window = state.recovery.window(since, until)?;
+    // The answer names the new deliveries, so it is made inside the commit that creates them.
+    let record = claim.record(StatusCode::ACCEPTED, Bytes::new(), state.clock.now());
+    let answer: ReplayAnswer = Box::new(|replayed: &Replayed| {
+        Bytes::from(serde_json::to_vec(&ReplayOutcome::from(replayed)).expect("serializes"))
+    });
+    match state.recovery.replay(&ep, window, Some((record, answer))).await? {
+        Replay::Fresh(replayed) => {
+            Ok((StatusCode::ACCEPTED, Json(ReplayOutcome::from(&replayed))).into_response())
+        }
+        Replay::Earlier(first) => Ok(idempotency::replay(&first)),
     }
 }
 
@@ -466,7 +323,7 @@ async fn reenable(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let ep = endpoint(&state, &name)?;
+    let ep = state.recovery.endpoint(&name)?;
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, 64 * 1024).await?;
     let input: ReenableIn = if body.iter().all(u8::is_ascii_whitespace) {
@@ -475,40 +332,16 @@ async fn reenable(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request("malformed_body", format!("not a re-enable request: {e}")))?
     };
-    // Check `replay_since` before changing anything, so a bad request has no effect.
-    let now = state.clock.now();
     let replay_since = input
         .replay_since
         .as_deref()
-        .map(|text| replay_start(now, "replay_since", text))
+        .map(|text| parse_time("replay_since", text))
         .transpose()?;
-    if replay_since.is_some_and(|since| since > now) {
-        return Err(ApiError::bad_request(
-            "invalid_window",
-            "`replay_since` is in the future",
-        ));
-    }
-    state
-        .scheduler
-        .reenable(ep.name.clone())
-        .await
-        .ok_or_else(|| ApiError::unavailable("the gateway is shutting down"))?;
-    // The window closes only once the endpoint receives events again, and takes in that
-    // millisecond whole: an event the paused endpoint missed can share its millisecond with
-    // the re-enable. An event of that millisecond that was delivered anyway may then be sent
-    // twice (receivers deduplicate by webhook-id) — better than lost.
-    let until = state.clock.now().plus(Duration::from_millis(1));
-    let replay = match replay_since {
-        Some(since) => match queue_replay(&state, &ep, since, until, None).await? {
-            Queued::Fresh(answer) => Some(answer),
-            Queued::Earlier(_) => None,
-        },
-        None => None,
-    };
+    let replay = state.recovery.reenable(&ep, replay_since).await?;
     Ok(Json(Reenabled {
         endpoint: view(&state, &ep).await?,
         replayed: replay.as_ref().map_or(0, |r| r.queued),
-        replay,
+        replay: replay.as_ref().map(ReplayOutcome::from),
     })
     .into_response())
 }
@@ -530,13 +363,7 @@ async fn redrive(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<Redriven>), ApiError> {
-    let ep = endpoint(&state, &name)?;
-    ensure_receiving(&state, &ep)?;
-    let ready = state
-        .store
-        .restart_dead(&ep.name, state.clock.now(), REPLAY_MAX_EVENTS)
-        .await?;
-    let queued = ready.len();
-    state.scheduler.enqueue(ready);
+    let ep = state.recovery.endpoint(&name)?;
+    let queued = state.recovery.redrive(&ep).await?;
     Ok((StatusCode::ACCEPTED, Json(Redriven { queued })))
 }

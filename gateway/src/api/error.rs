@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::recovery::RecoveryError;
 use crate::store::StoreError;
 
 #[derive(Debug, Clone)]
@@ -119,6 +120,25 @@ impl From<StoreError> for ApiError {
                     "an internal error occurred",
                 )
             }
+        }
+    }
+}
+
+impl From<RecoveryError> for ApiError {
+    fn from(e: RecoveryError) -> Self {
+        let message = e.to_string();
+        match e {
+            RecoveryError::EndpointNotFound(_) => ApiError::not_found("endpoint_not_found", message),
+            RecoveryError::DeliveryNotFound(_) => ApiError::not_found("delivery_not_found", message),
+            RecoveryError::EndpointNotActive { .. } => ApiError::conflict("endpoint_not_active", message),
+            RecoveryError::EndpointRemoved(_) => ApiError::conflict("endpoint_removed", message),
+            RecoveryError::DeliveryInFlight(_) => ApiError::conflict("delivery_in_flight", message),
+            RecoveryError::WindowTooFarBack { .. } => {
+                ApiError::bad_request("replay_window_too_large", message)
+            }
+            RecoveryError::InvalidWindow(_) => ApiError::bad_request("invalid_window", message),
+            RecoveryError::ShuttingDown => ApiError::unavailable(message),
+            RecoveryError::Store(e) => e.into(),
         }
     }
 }

@@ -32,6 +32,7 @@ use self::auth::BearerScheme;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::ingest::Ingestor;
+use crate::recovery::Recovery;
 use crate::scheduler::SchedulerHandle;
 use crate::scheduler::attempt::AttemptEnv;
 use crate::store::Store;
@@ -43,6 +44,7 @@ pub struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) scheduler: SchedulerHandle,
     pub(crate) ingestor: Ingestor,
+    pub(crate) recovery: Recovery,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) attempts: Arc<AttemptEnv>,
     pub(crate) idempotency: idempotency::InFlight,
@@ -109,28 +111,32 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
     (router, openapi)
 }
 
+/// The gateway's parts the API serves from.
+pub(crate) struct ApiDeps {
+    pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) scheduler: SchedulerHandle,
+    pub(crate) ingestor: Ingestor,
+    pub(crate) recovery: Recovery,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) attempts: Arc<AttemptEnv>,
+    pub(crate) metrics: Option<PrometheusHandle>,
+    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+}
+
 impl AppState {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        config: Arc<ArcSwap<Config>>,
-        store: Arc<dyn Store>,
-        scheduler: SchedulerHandle,
-        ingestor: Ingestor,
-        clock: Arc<dyn Clock>,
-        attempts: Arc<AttemptEnv>,
-        metrics: Option<PrometheusHandle>,
-        status: Arc<Mutex<RuntimeStatus>>,
-    ) -> Self {
+    pub(crate) fn new(deps: ApiDeps) -> Self {
         AppState {
-            config,
-            store,
-            scheduler,
-            ingestor,
-            clock,
-            attempts,
+            config: deps.config,
+            store: deps.store,
+            scheduler: deps.scheduler,
+            ingestor: deps.ingestor,
+            recovery: deps.recovery,
+            clock: deps.clock,
+            attempts: deps.attempts,
             idempotency: idempotency::InFlight::default(),
-            metrics,
-            status,
+            metrics: deps.metrics,
+            status: deps.status,
             rate_limits: auth::RateLimits::default(),
         }
     }
