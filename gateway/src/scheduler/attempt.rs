@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 use crate::clock::{Clock, SystemClock};
 use crate::config::EndpointConfig;
 use crate::delivery::{OutgoingRequest, Sender, signing};
-use crate::model::{ErrorKind, Event, Outcome, Timestamp};
+use crate::model::{Attempt, ErrorKind, Event, Outcome, Timestamp};
 use crate::plugins::{
     BackoffInput, EventInfo, PluginBackoffDecision, PluginFailure, PluginHost, SignInput, TransformInput,
     TransformResult,
@@ -63,6 +63,25 @@ pub(crate) struct AttemptReport {
     pub(crate) plugin_note: Option<String>,
     /// A backoff plugin's answer for a failed attempt.
     pub(crate) backoff: Option<BackoffDecision>,
+}
+
+impl AttemptReport {
+    /// The attempt's record for the delivery log: attempt `n` of its round. A drop by the
+    /// transform sent nothing, so it has neither a status code nor an error.
+    pub(crate) fn record(&self, n: u32) -> Attempt {
+        let duration_ms = self.duration.as_millis() as u64;
+        match &self.result {
+            AttemptResult::Sent(outcome) => Attempt::from_outcome(n, self.started_at, duration_ms, outcome),
+            AttemptResult::Dropped { .. } => Attempt {
+                n,
+                started_at: self.started_at,
+                duration_ms,
+                status_code: None,
+                error_kind: None,
+                error: None,
+            },
+        }
+    }
 }
 
 pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> AttemptReport {

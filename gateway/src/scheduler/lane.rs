@@ -10,7 +10,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
-use super::Item;
+use super::actor::Item;
 use super::meters::EndpointMetrics;
 use crate::clock::Clock;
 use crate::config::Config;

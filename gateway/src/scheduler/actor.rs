@@ -1,0 +1,635 @@
+//! The actor: owns the due heap, the lanes, and the attempts in flight; applies each finished
+//! attempt's [`lifecycle::decide`] decision.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
+use super::handle::{Command, Publisher, Shared};
+use super::held::HeldEvent;
+use super::lane::{self, Lane};
+use super::lifecycle;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::health::HealthInput;
+use crate::model::{DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
+use crate::store::{AttemptWrite, PendingDelivery, ReadyDelivery, StateChange, Store};
+
+/// A delivery waiting in memory. Deliveries ingested by this process keep their event (while
+/// the held events stay below [`KEEP_EVENT_BYTES_UP_TO`]), so their first attempt needs no
+/// read; rebuilt ones load it when due.
+#[derive(Debug, Clone)]
+pub(super) struct Item {
+    pub(super) id: DeliveryId,
+    pub(super) endpoint: Arc<str>,
+    pub(super) event: Option<Arc<HeldEvent>>,
+    pub(super) round: u32,
+    /// When the current round began; the policy's deadline counts from here.
+    pub(super) round_started_at: Timestamp,
+    pub(super) attempts_made: u32,
+    pub(super) ordering_key: Option<Arc<str>>,
+    /// The wait before the upcoming attempt (None for a first attempt or after a restart).
+    pub(super) previous_delay: Option<Duration>,
+    /// The lane epoch this item belongs to; a pause or removal bumps the epoch, which
+    /// invalidates every item queued before it without searching the heap.
+    pub(super) epoch: u64,
+    /// When the upcoming attempt is planned; its start minus this is the scheduler's lateness
+    /// (`hookgate_attempt_lateness_seconds`), which includes waits for lane room and throttle.
+    pub(super) due_at: Timestamp,
+}
+
+struct Due {
+    at: Timestamp,
+    seq: u64,
+    item: Item,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// How an attempt task ended.
+enum Finished {
+    /// The attempt ran (a request was made, failed before an answer, or a transform dropped
+    /// the event). The event is kept so that a retry needs no read.
+    Ran {
+        item: Item,
+        report: AttemptReport,
+        event: Arc<Event>,
+    },
+    /// The delivery is no longer pending on disk (finished meanwhile, or purged), or could not
+    /// be read now (the disk still says pending, so it is not lost).
+    Gone { item: Item },
+    /// The endpoint is no longer in the config.
+    EndpointRemoved { item: Item },
+}
+
+pub(super) struct Actor {
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: Arc<ArcSwap<Config>>,
+    pub(super) env: Arc<AttemptEnv>,
+    pub(super) rx: mpsc::UnboundedReceiver<Command>,
+    pub(super) shared: Arc<Shared>,
+    due: BinaryHeap<Reverse<Due>>,
+    pub(super) seq: u64,
+    pub(super) lanes: HashMap<Arc<str>, Lane>,
+    pub(super) in_flight: u32,
+    tasks: JoinSet<Finished>,
+    pub(super) health_timers: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
+    /// The deadline each endpoint has a timer for, so that the failures of a degraded endpoint,
+    /// which all leave it with the same deadline, do not push one heap entry each.
+    pub(super) armed_deadlines: HashMap<Arc<str>, Timestamp>,
+    pub(super) changes: mpsc::UnboundedSender<StateChange>,
+    /// What the events held by waiting deliveries cost ([`HeldEvent`]).
+    pub(super) held_bytes: Arc<AtomicU64>,
+    /// Deliveries restarted while an attempt of an older round was still waiting or running:
+    /// the newest round of each. An item of an older round is dropped wherever it surfaces
+    /// (heap, admission, a finished attempt), which cancels it without searching the heap.
+    pub(super) superseded: HashMap<DeliveryId, u32>,
+    pub(super) publisher: Option<Publisher>,
+    /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
+    pub(super) runtime: tokio::runtime::Handle,
+}
+
+impl Actor {
+    /// The actor and the stream of state changes it will send to the store.
+    pub(super) fn new(
+        deps: super::SchedulerDeps,
+        commands: mpsc::UnboundedReceiver<Command>,
+        shared: Arc<Shared>,
+    ) -> (Actor, mpsc::UnboundedReceiver<StateChange>) {
+        let (changes, changes_rx) = mpsc::unbounded_channel();
+        let env = Arc::new(AttemptEnv {
+            clock: deps.clock.clone(),
+            sender: deps.sender,
+            plugins: deps.plugins,
+        });
+        let actor = Actor {
+            clock: deps.clock,
+            store: deps.store,
+            config: deps.config,
+            env,
+            rx: commands,
+            shared,
+            due: BinaryHeap::new(),
+            seq: 0,
+            lanes: HashMap::new(),
+            in_flight: 0,
+            tasks: JoinSet::new(),
+            health_timers: BinaryHeap::new(),
+            armed_deadlines: HashMap::new(),
+            changes,
+            held_bytes: Arc::new(AtomicU64::new(0)),
+            superseded: HashMap::new(),
+            publisher: None,
+            runtime: tokio::runtime::Handle::current(),
+        };
+        (actor, changes_rx)
+    }
+
+    /// Takes in the pending deliveries the store holds at start, without their events (each
+    /// is read when due).
+    pub(super) fn restore(&mut self, pending: Vec<PendingDelivery>) {
+        let restored = pending.len();
+        let now = self.clock.now();
+        for p in pending {
+            if !self.shared.receives_events(&p.endpoint) {
+                // The pause was committed but not yet the failing of its waiting deliveries
+                // when the gateway stopped: finish that now instead of sending them.
+                self.fail_unsent(p.id, ErrorKind::EndpointPaused, now);
+                continue;
+            }
+            let item = Item {
+                id: p.id,
+                endpoint: p.endpoint,
+                event: None,
+                round: p.round,
+                round_started_at: p.round_started_at,
+                attempts_made: p.attempts_made,
+                ordering_key: p.ordering_key.map(Arc::from),
+                previous_delay: None,
+                epoch: 0,
+                due_at: p.next_attempt_at,
+            };
+            self.admit(item, p.next_attempt_at);
+        }
+        tracing::info!(restored, "scheduler queue rebuilt from the store");
+    }
+
+    pub(super) async fn run(&mut self, shutdown: CancellationToken, grace: Duration) {
+        loop {
+            let now = self.clock.now();
+            self.fire_health_timers(now);
+            self.move_due_to_lanes(now);
+            let throttle_wake = self.dispatch(now);
+            let next_due = self.due.peek().map(|Reverse(d)| d.at);
+            let next_timer = self.health_timers.peek().map(|Reverse((at, _))| *at);
+            let wake = [next_due, next_timer, throttle_wake].into_iter().flatten().min();
+            // Idle: nothing running, and whatever waits in a lane waits for room or the throttle,
+            // which only the clock or a finished attempt can give.
+            let idle = self.tasks.is_empty()
+                && self
+                    .lanes
+                    .values()
+                    .all(|l| l.waiting.is_empty() || throttle_wake.is_some());
+            self.shared
+                .next_wake_ms
+                .store(wake.map_or(i64::MAX, Timestamp::as_millis), Ordering::SeqCst);
+            self.shared.idle.store(idle, Ordering::SeqCst);
+            let sleep = match wake {
+                Some(at) => self.clock.sleep_until(at),
+                None => Box::pin(std::future::pending()),
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => match done {
+                    Ok(finished) => self.finish(finished),
+                    Err(e) => tracing::error!(error = %e, "an attempt task failed"),
+                },
+                cmd = self.rx.recv() => match cmd {
+                    Some(cmd) => {
+                        self.shared.idle.store(false, Ordering::SeqCst);
+                        self.shared.commands_pending.fetch_sub(1, Ordering::SeqCst);
+                        self.command(cmd);
+                    }
+                    None => break,
+                },
+                _ = sleep => {}
+            }
+        }
+        // Shutdown: no new attempts; the ones in flight get `grace` to finish and be recorded.
+        let deadline = tokio::time::sleep(grace);
+        tokio::pin!(deadline);
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                Some(done) = self.tasks.join_next() => {
+                    if let Ok(finished) = done {
+                        self.finish(finished);
+                    }
+                }
+                _ = &mut deadline => {
+                    tracing::warn!(in_flight = self.tasks.len(), "grace period over; unfinished attempts are retried after restart");
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Enqueue(ready) => {
+                let now = self.clock.now();
+                let mut last_held: Option<(Arc<Event>, Option<Arc<HeldEvent>>)> = None;
+                for r in ready {
+                    if !self.shared.receives_events(&r.endpoint) {
+                        // Fanned out before the endpoint was paused: it never gets this one.
+                        self.fail_unsent(r.id, ErrorKind::EndpointPaused, now);
+                        continue;
+                    }
+                    // The deliveries of a fan-out arrive together and share their event.
+                    let held = match &last_held {
+                        Some((event, held)) if Arc::ptr_eq(event, &r.event) => held.clone(),
+                        _ => HeldEvent::hold(r.event.clone(), &self.held_bytes),
+                    };
+                    last_held = Some((r.event.clone(), held.clone()));
+                    let item = Item {
+                        id: r.id,
+                        ordering_key: r.event.ordering_key.as_deref().map(Arc::from),
+                        endpoint: r.endpoint,
+                        event: held,
+                        round: r.round,
+                        round_started_at: r.round_started_at,
+                        attempts_made: r.attempts_made,
+                        previous_delay: None,
+                        epoch: 0,
+                        due_at: r.next_attempt_at,
+                    };
+                    self.admit(item, r.next_attempt_at);
+                }
+            }
+            Command::Replace(ready) => self.replace_waiting(ready),
+            Command::Reenable { endpoint, reply } => {
+                let now = self.clock.now();
+                let h = self.step_health_at(&endpoint, HealthInput::Reenable, now);
+                let _ = reply.send(h);
+            }
+            Command::Reconfigured => self.reconfigure(),
+        }
+    }
+
+    pub(super) fn lane(&mut self, endpoint: &Arc<str>) -> &mut Lane {
+        let config = self.config.load();
+        self.lanes
+            .entry(endpoint.clone())
+            .or_insert_with(|| Lane::new(endpoint, &config, self.clock.clone()))
+    }
+
+    /// Takes an item into the scheduler: into the heap at `at`, or, for an ordered endpoint
+    /// whose ordering key is busy, behind the key's current head.
+    pub(super) fn admit(&mut self, mut item: Item, at: Timestamp) {
+        if self.take_superseded(&item) {
+            return;
+        }
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        let lane = self.lane(&item.endpoint);
+        item.epoch = lane.epoch;
+        if let Some(held) = lane.hold_if_key_busy(item) {
+            self.push_due(held, at);
+        }
+    }
+
+    pub(super) fn push_due(&mut self, mut item: Item, at: Timestamp) {
+        item.due_at = at;
+        self.seq += 1;
+        self.due.push(Reverse(Due {
+            at,
+            seq: self.seq,
+            item,
+        }));
+    }
+
+    /// Starts the new round of a delivery whose older round still has an item here. An item
+    /// held behind its ordering key is replaced where it stands, so the key's order holds;
+    /// anywhere else (heap, lane, in flight) the old item is marked superseded and dropped
+    /// when it surfaces, and the new round goes to the heap for now. Being the old item's
+    /// successor, it inherits its claim on the ordering key.
+    fn replace_waiting(&mut self, ready: ReadyDelivery) {
+        let now = self.clock.now();
+        if !self.shared.receives_events(&ready.endpoint) {
+            self.fail_unsent(ready.id, ErrorKind::EndpointPaused, now);
+            return;
+        }
+        let item = Item {
+            id: ready.id,
+            ordering_key: ready.event.ordering_key.as_deref().map(Arc::from),
+            endpoint: ready.endpoint,
+            event: HeldEvent::hold(ready.event, &self.held_bytes),
+            round: ready.round,
+            round_started_at: ready.round_started_at,
+            attempts_made: ready.attempts_made,
+            previous_delay: None,
+            epoch: 0,
+            due_at: ready.next_attempt_at,
+        };
+        let lane = self.lane(&item.endpoint);
+        let item = match lane.replace_held(item) {
+            Ok(()) => return,
+            Err(item) => item,
+        };
+        let before = lane.waiting.len();
+        lane.waiting.retain(|w| w.id != item.id);
+        let was_in_lane = lane.waiting.len() < before;
+        let epoch = lane.epoch;
+        if was_in_lane {
+            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.superseded.insert(item.id, item.round);
+        }
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        self.push_due(Item { epoch, ..item }, ready.next_attempt_at);
+    }
+
+    /// True (and forgotten) when `item` belongs to a round that a newer one has replaced.
+    fn take_superseded(&mut self, item: &Item) -> bool {
+        match self.superseded.get(&item.id) {
+            Some(newest) if item.round < *newest => {
+                self.superseded.remove(&item.id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn move_due_to_lanes(&mut self, now: Timestamp) {
+        while self.due.peek().is_some_and(|Reverse(d)| d.at <= now) {
+            let Reverse(due) = self.due.pop().expect("peeked");
+            if self.take_superseded(&due.item) {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            let lane = self.lane(&due.item.endpoint);
+            if due.item.epoch != lane.epoch {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            lane.waiting.push_back(due.item);
+        }
+    }
+
+    /// Starts every attempt that lanes, throttles and the global limit allow. Returns when a
+    /// throttled lane may send again, if one is waiting for that.
+    fn dispatch(&mut self, now: Timestamp) -> Option<Timestamp> {
+        let config = self.config.load_full();
+        let global_limit = config.delivery.max_in_flight;
+        let mut throttle_wake: Option<Timestamp> = None;
+        let names: Vec<Arc<str>> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| !l.waiting.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            loop {
+                if self.in_flight >= global_limit {
+                    return throttle_wake;
+                }
+                let lane = self.lanes.get_mut(&name).expect("lane exists");
+                match lane.next_ready(now) {
+                    lane::Next::Go(item) => {
+                        metrics::histogram!("hookgate_attempt_lateness_seconds")
+                            .record(now.since(item.due_at).as_secs_f64());
+                        self.in_flight += 1;
+                        self.start(item, &config);
+                    }
+                    lane::Next::NotUntil(at) => {
+                        throttle_wake = Some(throttle_wake.map_or(at, |t| t.min(at)));
+                        break;
+                    }
+                    lane::Next::Nothing => break,
+                }
+            }
+        }
+        throttle_wake
+    }
+
+    fn start(&mut self, item: Item, config: &Arc<Config>) {
+        self.shared
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .insert(item.id);
+        let env = self.env.clone();
+        let store = self.store.clone();
+        let config = config.clone();
+        self.tasks
+            .spawn_on(run_attempt(env, store, config, item), &self.runtime);
+    }
+
+    /// Applies a finished attempt: bookkeeping, the lifecycle decision (health, status, next
+    /// attempt), its state changes and metrics, then requeues or releases the item.
+    fn finish(&mut self, done: Finished) {
+        let item = match &done {
+            Finished::Ran { item, .. } | Finished::Gone { item } | Finished::EndpointRemoved { item } => item,
+        };
+        self.in_flight -= 1;
+        self.shared
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .remove(&item.id);
+        if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
+            lane.in_flight -= 1;
+        }
+        // A redeliver replaced this round while its attempt ran: the outcome is still
+        // recorded (it happened, and counts for health), but the new round carries on.
+        let superseded = self.take_superseded(item);
+        let now = self.clock.now();
+        let (item, report, event) = match done {
+            Finished::Ran { item, report, event } => (item, report, event),
+            Finished::Gone { item } | Finished::EndpointRemoved { item } if superseded => {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                drop(item);
+                return;
+            }
+            Finished::Gone { item } => {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                self.release_key(&item);
+                return;
+            }
+            Finished::EndpointRemoved { item } => {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                self.fail_unsent(item.id, ErrorKind::EndpointRemoved, now);
+                self.release_key(&item);
+                return;
+            }
+        };
+        let decision = self.decide(&item, &report, &event, now);
+        self.record(&item, &report, &decision, now);
+        match decision.next_attempt_at {
+            Some(at) if !superseded => self.requeue(item, event, at, now),
+            _ => {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                if !superseded {
+                    self.release_key(&item);
+                }
+            }
+        }
+    }
+
+    /// The pure lifecycle decision for a finished attempt, from the config and health of now.
+    fn decide(
+        &self,
+        item: &Item,
+        report: &AttemptReport,
+        event: &Event,
+        now: Timestamp,
+    ) -> lifecycle::Decision {
+        let config = self.config.load_full();
+        let endpoint = config.endpoints.get(&item.endpoint);
+        let policy = match endpoint {
+            Some(ep) => config.policy_for(ep, &event.topic),
+            None => Arc::new(crate::policy::Policy::standard()),
+        };
+        let health = self.shared.health_of(&item.endpoint);
+        lifecycle::decide(
+            &lifecycle::AttemptFacts {
+                result: &report.result,
+                backoff: report.backoff.clone(),
+                attempts_made: item.attempts_made + 1,
+                round_started_at: item.round_started_at,
+                now,
+                jitter_sample: rand::rng().random_range(-1.0..=1.0),
+            },
+            &lifecycle::EndpointFacts {
+                policy: &policy,
+                dead_letter: endpoint.map(|ep| ep.dead_letter),
+                health: &health,
+                rules: &config.health.rules,
+            },
+        )
+    }
+
+    /// Records a decided attempt: metrics, the log line, the attempt and health writes (in
+    /// that order), and the health step's effects.
+    fn record(
+        &mut self,
+        item: &Item,
+        report: &AttemptReport,
+        decision: &lifecycle::Decision,
+        now: Timestamp,
+    ) {
+        let n = item.attempts_made + 1;
+        if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
+            if let AttemptResult::Sent(outcome) = &report.result {
+                let kind = outcome.error_kind().map_or("delivered", ErrorKind::as_str);
+                lane.metrics.attempt(kind, report.duration);
+            }
+            if decision.status.is_final() {
+                lane.metrics.delivery(decision.status.as_str());
+            }
+        }
+        let attempt = report.record(n);
+        match &report.result {
+            AttemptResult::Sent(Outcome::Failed { kind, status, .. }) => tracing::info!(
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, error_kind = %kind,
+                status_code = ?status, next = ?decision.next_attempt_at, "attempt failed"
+            ),
+            AttemptResult::Sent(Outcome::Delivered { status }) => tracing::debug!(
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, status_code = status, "attempt delivered"
+            ),
+            AttemptResult::Dropped { reason } => tracing::debug!(
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, reason = %reason, "event dropped by the transform"
+            ),
+        }
+        let _ = self.changes.send(StateChange::Attempt(AttemptWrite {
+            delivery: item.id,
+            round: item.round,
+            attempt,
+            plugin_note: report.plugin_note.clone(),
+            status: decision.status,
+            next_attempt_at: decision.next_attempt_at,
+            last_error: decision.last_error.clone(),
+        }));
+        if let Some(step) = &decision.health {
+            self.apply_health_step(&item.endpoint, step.clone(), now);
+        }
+    }
+
+    /// Puts an item back in the heap for its next attempt.
+    fn requeue(&mut self, mut item: Item, event: Arc<Event>, at: Timestamp, now: Timestamp) {
+        item.attempts_made += 1;
+        if item.event.is_none() {
+            item.event = HeldEvent::hold(event, &self.held_bytes);
+        }
+        item.previous_delay = Some(at.since(now));
+        // Keeps its ordering key busy: the next event of the key waits for this one.
+        self.push_due(item, at);
+    }
+
+    /// Ends a pending delivery that will not be attempted (its endpoint is paused or gone).
+    pub(super) fn fail_unsent(&self, delivery: DeliveryId, kind: ErrorKind, now: Timestamp) {
+        let _ = self.changes.send(StateChange::Finish {
+            delivery,
+            status: DeliveryStatus::Failed,
+            error: kind.as_str().into(),
+            now,
+        });
+    }
+
+    /// An item is done for good: let the next event of its ordering key go.
+    pub(super) fn release_key(&mut self, item: &Item) {
+        let Some(key) = &item.ordering_key else { return };
+        let Some(lane) = self.lanes.get_mut(&item.endpoint) else {
+            return;
+        };
+        if let Some(next) = lane.release_key(key, item.epoch) {
+            lane.waiting.push_back(next);
+        }
+    }
+}
+
+/// One attempt task: loads the event if the item does not hold it, checks the endpoint is
+/// still configured, and performs the attempt.
+async fn run_attempt(
+    env: Arc<AttemptEnv>,
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    item: Item,
+) -> Finished {
+    let event = match &item.event {
+        Some(held) => held.event.clone(),
+        None => match store.delivery_for_attempt(item.id).await {
+            Ok(Some(d)) if d.status == DeliveryStatus::Pending && d.round == item.round => d.event,
+            Ok(_) => return Finished::Gone { item },
+            Err(e) => {
+                tracing::warn!(delivery = %item.id, error = %e, "could not load a delivery for its attempt");
+                return Finished::Gone { item };
+            }
+        },
+    };
+    let Some(endpoint) = config.endpoints.get(&item.endpoint).cloned() else {
+        return Finished::EndpointRemoved { item };
+    };
+    let policy = config.policy_for(&endpoint, &event.topic);
+    let report = attempt::perform(
+        &env,
+        AttemptInput {
+            endpoint: &endpoint,
+            policy: &policy,
+            event: &event,
+            delivery_id: item.id.to_string(),
+            attempt: item.attempts_made + 1,
+            round_started_at: item.round_started_at,
+            max_attempts: policy.max_attempts(),
+            timeout: endpoint.timeout.unwrap_or(config.delivery.timeout),
+            previous_delay: item.previous_delay,
+        },
+    )
+    .await;
+    Finished::Ran { item, report, event }
+}

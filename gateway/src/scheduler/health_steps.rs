@@ -1,0 +1,174 @@
+//! The actor's side of endpoint health: applying steps of the pure health machine, their
+//! effects, and the exact timers of time-based transitions.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::actor::Actor;
+use super::lane::Lane;
+use crate::health::{self, Effect, EndpointHealth, HealthInput};
+use crate::model::{DeliveryStatus, ErrorKind, Timestamp};
+use crate::store::{HealthWrite, StateChange};
+
+impl Actor {
+    /// Applies a step of the health machine: the shared state the API reads, the log, the
+    /// timer for the next time-based transition, the write, and the step's effects.
+    pub(super) fn apply_health_step(
+        &mut self,
+        endpoint: &Arc<str>,
+        step: health::Step,
+        now: Timestamp,
+    ) -> EndpointHealth {
+        self.shared
+            .health
+            .write()
+            .expect("health lock")
+            .insert(endpoint.clone(), step.health.clone());
+        for t in &step.transitions {
+            tracing::warn!(endpoint = %endpoint, from = %t.from, to = %t.to, reason = %t.reason, "endpoint state changed");
+        }
+        self.arm_health_timer(endpoint, &step.health);
+        let health = step.health.clone();
+        let _ = self.changes.send(StateChange::Health(HealthWrite {
+            endpoint: endpoint.clone(),
+            health: step.health,
+            transitions: step.transitions,
+        }));
+        self.apply_effects(endpoint, &health, step.effects, now);
+        health
+    }
+
+    /// Steps health outside an attempt (a re-enable now, a timer at its deadline) and applies
+    /// the step.
+    pub(super) fn step_health_at(
+        &mut self,
+        endpoint: &Arc<str>,
+        input: HealthInput,
+        now: Timestamp,
+    ) -> EndpointHealth {
+        let rules = self.config.load().health.rules.clone();
+        let step = health::step(&rules, &self.shared.health_of(endpoint), input, now);
+        self.apply_health_step(endpoint, step, now)
+    }
+
+    pub(super) fn apply_effects(
+        &mut self,
+        endpoint: &Arc<str>,
+        health: &EndpointHealth,
+        effects: Vec<Effect>,
+        now: Timestamp,
+    ) {
+        for effect in effects {
+            match effect {
+                Effect::StopDeliveries => {
+                    let dropped = self.lane(endpoint).stop();
+                    self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
+                    let _ = self.changes.send(StateChange::FailPending {
+                        endpoint: endpoint.clone(),
+                        kind: ErrorKind::EndpointPaused,
+                        status: DeliveryStatus::Failed,
+                        now,
+                    });
+                }
+                Effect::ResumeDeliveries => {}
+                Effect::Publish { event_type } => {
+                    if let Some(publish) = &self.publisher {
+                        publish(endpoint.clone(), event_type, health.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Arms the timer of every endpoint's next time-based transition (at start).
+    pub(super) fn arm_every_health_timer(&mut self) {
+        let endpoints: Vec<(Arc<str>, EndpointHealth)> = self
+            .shared
+            .health
+            .read()
+            .expect("health lock")
+            .iter()
+            .map(|(name, h)| (name.clone(), h.clone()))
+            .collect();
+        for (name, h) in endpoints {
+            self.arm_health_timer(&name, &h);
+        }
+    }
+
+    pub(super) fn arm_health_timer(&mut self, endpoint: &Arc<str>, h: &EndpointHealth) {
+        let rules = &self.config.load().health.rules;
+        if let Some(at) = health::next_deadline(rules, h)
+            && self.armed_deadlines.get(endpoint) != Some(&at)
+        {
+            self.armed_deadlines.insert(endpoint.clone(), at);
+            self.health_timers.push(Reverse((at, endpoint.clone())));
+        }
+    }
+
+    pub(super) fn fire_health_timers(&mut self, now: Timestamp) {
+        while self
+            .health_timers
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now)
+        {
+            let Reverse((at, endpoint)) = self.health_timers.pop().expect("peeked");
+            if self.armed_deadlines.get(&endpoint) == Some(&at) {
+                self.armed_deadlines.remove(&endpoint);
+            }
+            let rules = self.config.load().health.rules.clone();
+            let current = self.shared.health_of(&endpoint);
+            // A timer armed for an older state is stale: only the current deadline counts.
+            // The rule took effect at its deadline, so that is the time the change is recorded
+            // with, not whenever the timer got to run: on a busy runtime, under a scaled clock
+            // (at 86400x the timer's one-millisecond grain is 86 simulated seconds), or at a
+            // start after downtime, where a chain of overdue deadlines is then replayed in order.
+            // Never before the last change, though: rules lowered by a reload can give a
+            // deadline that passed before it, and the history stays in order.
+            if health::next_deadline(&rules, &current) == Some(at) {
+                let at = current.changed_at.map_or(at, |changed| at.max(changed));
+                self.step_health_at(&endpoint, HealthInput::Tick, at);
+            }
+        }
+    }
+
+    /// The config changed: lanes pick up new limits; endpoints that are gone end their waiting
+    /// deliveries with `endpoint_removed`; health timers follow the new health rules.
+    pub(super) fn reconfigure(&mut self) {
+        let config = self.config.load_full();
+        let now = self.clock.now();
+        let removed: Vec<Arc<str>> = self
+            .lanes
+            .keys()
+            .filter(|name| !config.endpoints.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in removed {
+            if let Some(mut lane) = self.lanes.remove(&name) {
+                let dropped = lane.stop();
+                self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
+                // Keep an epoch past the old one so heap entries of the removed lane stay stale
+                // if an endpoint of the same name comes back.
+                let mut fresh = Lane::new(&name, &config, self.clock.clone());
+                fresh.epoch = lane.epoch;
+                if lane.in_flight > 0 {
+                    fresh.in_flight = lane.in_flight;
+                }
+                self.lanes.insert(name.clone(), fresh);
+            }
+            let _ = self.changes.send(StateChange::FailPending {
+                endpoint: name,
+                kind: ErrorKind::EndpointRemoved,
+                status: DeliveryStatus::Failed,
+                now,
+            });
+        }
+        for (name, lane) in self.lanes.iter_mut() {
+            lane.reconfigure(name, &config, self.clock.clone());
+        }
+        // Changed rules move the deadlines: without a new timer an endpoint with no attempts
+        // running (a paused one) would wait for an input that never comes. A deadline already
+        // past fires on the next turn, recorded at the time the new rule gives.
+        self.arm_every_health_timer();
+    }
+}
