@@ -8,7 +8,7 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView};
+use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView, Summary};
 use super::{ApiError, AppState};
 use crate::model::{DeliveryId, DeliveryStatus};
 use crate::store::DeliveryFilter;
@@ -123,14 +123,6 @@ pub(crate) struct SummaryQuery {
     from: String,
     /// The last delivery id of the range, inclusive.
     to: String,
-}
-
-#[derive(Debug, Default, serde::Serialize, utoipa::ToSchema)]
-pub(crate) struct Summary {
-    pending: u64,
-    succeeded: u64,
-    failed: u64,
-    dead: u64,
 }
 
 /// How many deliveries of an id range are in each status (to follow a replay's progress).

@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::events::read_body;
 use super::idempotency::{self, Begin};
-use super::views::{EndpointList, EndpointView};
+use super::views::{EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome};
 use super::{ApiError, AppState};
 use crate::config::EndpointConfig;
 use crate::model::{Event, Outcome, Timestamp};
@@ -186,42 +186,6 @@ async fn test_endpoint(
     }))
 }
 
-#[derive(Debug, Serialize, ToSchema, Clone)]
-pub(crate) struct ReplayOutcome {
-    endpoint: String,
-    #[schema(value_type = String, format = DateTime)]
-    since: Timestamp,
-    #[schema(value_type = String, format = DateTime)]
-    until: Timestamp,
-    /// Events queued again for the endpoint.
-    queued: usize,
-    /// More than 10 000 events matched: only the oldest were queued, up to a millisecond
-    /// boundary (so possibly a few fewer than 10 000).
-    truncated: bool,
-    /// When truncated: pass this as `since` to continue. Every matching event before it was
-    /// queued and none from it on, so continuing neither repeats nor skips an event.
-    #[schema(value_type = Option<String>, format = DateTime)]
-    continue_from: Option<Timestamp>,
-    /// The id range of the new deliveries, to follow them (`GET /v1/deliveries/summary`).
-    first_delivery: Option<String>,
-    last_delivery: Option<String>,
-}
-
-impl From<&Replayed> for ReplayOutcome {
-    fn from(r: &Replayed) -> Self {
-        ReplayOutcome {
-            endpoint: r.endpoint.clone(),
-            since: r.since,
-            until: r.until,
-            queued: r.queued,
-            truncated: r.truncated(),
-            continue_from: r.continue_from,
-            first_delivery: r.first_delivery.map(|d| d.to_string()),
-            last_delivery: r.last_delivery.map(|d| d.to_string()),
-        }
-    }
-}
-
 fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
     Timestamp::parse_rfc3339(text)
         .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
@@ -303,14 +267,6 @@ pub(crate) struct ReenableIn {
     replay_since: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Reenabled {
-    endpoint: EndpointView,
-    /// Events queued again by `replay_since` (0 without it).
-    replayed: usize,
-    replay: Option<ReplayOutcome>,
-}
-
 /// Makes a paused or disabled endpoint active again, optionally replaying what it missed.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/reenable", tag = "endpoints",
     params(("name" = String, Path, description = "The endpoint's name")),
@@ -344,12 +300,6 @@ async fn reenable(
         replay: replay.as_ref().map(ReplayOutcome::from),
     })
     .into_response())
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct Redriven {
-    /// Dead deliveries queued again.
-    queued: usize,
 }
 
 /// Sends the endpoint's dead deliveries again (at most 10 000 per call), each with a fresh

@@ -14,7 +14,7 @@ mod ops;
 mod plugins;
 mod policies;
 mod topics;
-mod views;
+pub(crate) mod views;
 
 use std::sync::{Arc, Mutex};
 

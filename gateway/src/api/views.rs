@@ -1,15 +1,16 @@
 //! The JSON shapes of the API (SPEC §11). Times are RFC 3339 UTC strings.
 
 use base64::Engine;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::config::EndpointConfig;
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryStatus, EndpointState, Event, Timestamp};
+use crate::recovery::Replayed;
 use crate::store::{AttemptRow, DeliveryRow, HistoryEntry};
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct DeliveryView {
     /// `dlv_<n>`
     pub(crate) id: String,
@@ -95,7 +96,7 @@ pub(crate) struct DeliveryDetailView {
     pub(crate) attempts: Vec<AttemptView>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct DeliveryList {
     pub(crate) deliveries: Vec<DeliveryView>,
     /// Pass as `cursor` for the next (older) page; null on the last page.
@@ -147,7 +148,7 @@ impl EventView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct HistoryView {
     #[schema(value_type = String, example = "degraded")]
     pub(crate) state: EndpointState,
@@ -167,7 +168,7 @@ impl From<HistoryEntry> for HistoryView {
 }
 
 /// An endpoint as the API shows it: never its secret.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct EndpointView {
     pub(crate) name: String,
     /// The URL, with any user:password part masked.
@@ -230,11 +231,71 @@ impl EndpointView {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct EndpointList {
     pub(crate) endpoints: Vec<EndpointView>,
     /// Always null: every endpoint fits in one page.
     pub(crate) next_cursor: Option<String>,
+}
+
+/// How many deliveries of an id range are in each status (`GET /v1/deliveries/summary`).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub(crate) struct Summary {
+    pub(crate) pending: u64,
+    pub(crate) succeeded: u64,
+    pub(crate) failed: u64,
+    pub(crate) dead: u64,
+}
+
+/// What a replay (or a re-enable's `replay_since`) queued.
+#[derive(Debug, Serialize, Deserialize, ToSchema, Clone)]
+pub(crate) struct ReplayOutcome {
+    pub(crate) endpoint: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) since: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) until: Timestamp,
+    /// Events queued again for the endpoint.
+    pub(crate) queued: usize,
+    /// More than 10 000 events matched: only the oldest were queued, up to a millisecond
+    /// boundary (so possibly a few fewer than 10 000).
+    pub(crate) truncated: bool,
+    /// When truncated: pass this as `since` to continue. Every matching event before it was
+    /// queued and none from it on, so continuing neither repeats nor skips an event.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) continue_from: Option<Timestamp>,
+    /// The id range of the new deliveries, to follow them (`GET /v1/deliveries/summary`).
+    pub(crate) first_delivery: Option<String>,
+    pub(crate) last_delivery: Option<String>,
+}
+
+impl From<&Replayed> for ReplayOutcome {
+    fn from(r: &Replayed) -> Self {
+        ReplayOutcome {
+            endpoint: r.endpoint.clone(),
+            since: r.since,
+            until: r.until,
+            queued: r.queued,
+            truncated: r.truncated(),
+            continue_from: r.continue_from,
+            first_delivery: r.first_delivery.map(|d| d.to_string()),
+            last_delivery: r.last_delivery.map(|d| d.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct Reenabled {
+    pub(crate) endpoint: EndpointView,
+    /// Events queued again by `replay_since` (0 without it).
+    pub(crate) replayed: usize,
+    pub(crate) replay: Option<ReplayOutcome>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct Redriven {
+    /// Dead deliveries queued again.
+    pub(crate) queued: usize,
 }
 
 /// `https://user:pass@host/x` → `https://***@host/x`: credentials in URLs are secrets too.

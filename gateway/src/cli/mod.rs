@@ -194,7 +194,7 @@ fn preview(name: &str, config: Option<&Path>, svg: Option<&Path>) -> ExitCode {
     };
     print!("{}", crate::policy::render_preview_table(policy));
     if let Some(path) = svg {
-        if let Err(e) = std::fs::write(path, crate::policy::render_preview_svg(policy)) {
+        if let Err(e) = std::fs::write(path, crate::charts::render_preview_svg(policy)) {
             eprintln!("cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

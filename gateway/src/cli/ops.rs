@@ -5,12 +5,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use http::{Method, Request, StatusCode, header};
+use http::{Method, Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use indicatif::{ProgressBar, ProgressStyle};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+
+use crate::api::views::{
+    DeliveryList, DeliveryView, EndpointList, EndpointView, Reenabled, ReplayOutcome, Summary,
+};
 
 #[derive(Debug, Args)]
 pub(super) struct Target {
@@ -97,6 +104,23 @@ struct ApiClient {
         Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>,
 }
 
+/// A path segment (an endpoint name, a delivery id) as it may stand in a URL.
+fn segment(text: &str) -> String {
+    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
+}
+
+/// `path?query`, the query encoded from `(key, value)` pairs (`None` values left out).
+fn with_query(path: &str, pairs: &[(&str, Option<String>)]) -> String {
+    let present: Vec<(&str, &str)> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| (*k, v)))
+        .collect();
+    match serde_urlencoded::to_string(present) {
+        Ok(query) if !query.is_empty() => format!("{path}?{query}"),
+        _ => path.to_owned(),
+    }
+}
+
 impl ApiClient {
     fn new(target: &Target) -> Result<Self, String> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -111,13 +135,27 @@ impl ApiClient {
         })
     }
 
-    async fn call(
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, String> {
+        self.call(Method::GET, path, None, &[]).await
+    }
+
+    async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Option<Value>,
+        extra: &[(&str, &str)],
+    ) -> Result<T, String> {
+        self.call(Method::POST, path, body, extra).await
+    }
+
+    /// Sends a request; a 2xx answer is read as `T`, any other as the API's error shape.
+    async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         body: Option<Value>,
         extra: &[(&str, &str)],
-    ) -> Result<(StatusCode, Value), String> {
+    ) -> Result<T, String> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
@@ -146,22 +184,35 @@ impl ApiClient {
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
-        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if !status.is_success() {
-            let message = value["error"]["message"].as_str().unwrap_or("no details");
-            let code = value["error"]["code"].as_str().unwrap_or("error");
-            return Err(format!("{status}: {code}: {message}"));
+            let error: ErrorAnswer = serde_json::from_slice(&bytes).unwrap_or_default();
+            return Err(format!(
+                "{status}: {}: {}",
+                error.error.code.as_deref().unwrap_or("error"),
+                error.error.message.as_deref().unwrap_or("no details")
+            ));
         }
-        Ok((status, value))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{status}: an answer this command does not understand: {e}"))
     }
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// The API's error shape, read leniently: a proxy in between may answer something else.
+#[derive(Debug, Default, Deserialize)]
+struct ErrorAnswer {
+    #[serde(default)]
+    error: ErrorFields,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ErrorFields {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+/// A value for a table cell: `-` for none.
+fn cell(value: Option<impl std::fmt::Display>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
 /// Prints rows as aligned columns.
@@ -206,64 +257,14 @@ pub(super) fn run(command: OpsCommand) -> ExitCode {
 async fn execute(command: OpsCommand) -> Result<(), String> {
     match command {
         OpsCommand::Endpoints { target } => {
-            let api = ApiClient::new(&target)?;
-            let (_, body) = api.call(Method::GET, "/v1/endpoints", None, &[]).await?;
-            let rows = body["endpoints"]
-                .as_array()
-                .map(|list| {
-                    list.iter()
-                        .map(|e| {
-                            vec![
-                                text(&e["name"]),
-                                text(&e["state"]),
-                                text(&e["consecutive_failures"]),
-                                text(&e["failing_since"]),
-                                text(&e["last_success_at"]),
-                                text(&e["url"]),
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            table(
-                &[
-                    "NAME",
-                    "STATE",
-                    "FAILURES",
-                    "FAILING SINCE",
-                    "LAST SUCCESS",
-                    "URL",
-                ],
-                rows,
-            );
+            let list: EndpointList = ApiClient::new(&target)?.get("/v1/endpoints").await?;
+            print_endpoints(&list);
         }
         OpsCommand::Endpoint { name, target } => {
-            let api = ApiClient::new(&target)?;
-            let (_, e) = api
-                .call(Method::GET, &format!("/v1/endpoints/{name}"), None, &[])
+            let e: EndpointView = ApiClient::new(&target)?
+                .get(&format!("/v1/endpoints/{}", segment(&name)))
                 .await?;
-            for key in [
-                "name",
-                "url",
-                "state",
-                "consecutive_failures",
-                "failing_since",
-                "last_success_at",
-                "policy",
-            ] {
-                println!("{key:<22}{}", text(&e[key]));
-            }
-            println!("{:<22}{}", "topics", text(&e["topics"]));
-            println!("\nhistory:");
-            let rows = e["history"]
-                .as_array()
-                .map(|h| {
-                    h.iter()
-                        .map(|x| vec![text(&x["at"]), text(&x["state"]), text(&x["reason"])])
-                        .collect()
-                })
-                .unwrap_or_default();
-            table(&["AT", "STATE", "REASON"], rows);
+            print_endpoint(&e);
         }
         OpsCommand::Deliveries {
             endpoint,
@@ -271,57 +272,22 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             limit,
             target,
         } => {
-            let api = ApiClient::new(&target)?;
-            let mut query = format!("/v1/deliveries?limit={limit}");
-            if let Some(e) = endpoint {
-                query.push_str(&format!("&endpoint={e}"));
-            }
-            if let Some(s) = status {
-                query.push_str(&format!("&status={s}"));
-            }
-            let (_, body) = api.call(Method::GET, &query, None, &[]).await?;
-            let rows = body["deliveries"]
-                .as_array()
-                .map(|list| {
-                    list.iter()
-                        .map(|d| {
-                            vec![
-                                text(&d["id"]),
-                                text(&d["endpoint"]),
-                                text(&d["status"]),
-                                text(&d["attempt_count"]),
-                                text(&d["next_attempt_at"]),
-                                text(&d["event_id"]),
-                                text(&d["last_error"]),
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            table(
+            let path = with_query(
+                "/v1/deliveries",
                 &[
-                    "ID",
-                    "ENDPOINT",
-                    "STATUS",
-                    "ATTEMPTS",
-                    "NEXT ATTEMPT",
-                    "EVENT",
-                    "LAST ERROR",
+                    ("limit", Some(limit.to_string())),
+                    ("endpoint", endpoint),
+                    ("status", status),
                 ],
-                rows,
             );
+            let list: DeliveryList = ApiClient::new(&target)?.get(&path).await?;
+            print_deliveries(&list);
         }
         OpsCommand::Redeliver { id, target } => {
-            let api = ApiClient::new(&target)?;
-            let (_, d) = api
-                .call(Method::POST, &format!("/v1/deliveries/{id}/redeliver"), None, &[])
+            let d: DeliveryView = ApiClient::new(&target)?
+                .post(&format!("/v1/deliveries/{}/redeliver", segment(&id)), None, &[])
                 .await?;
-            println!(
-                "{} queued again for {} ({})",
-                text(&d["id"]),
-                text(&d["endpoint"]),
-                text(&d["status"])
-            );
+            println!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
         }
         OpsCommand::Reenable {
             name,
@@ -331,27 +297,27 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
         } => {
             let api = ApiClient::new(&target)?;
             let body = json!({ "replay_since": replay_since });
-            let (_, r) = api
-                .call(
-                    Method::POST,
-                    &format!("/v1/endpoints/{name}/reenable"),
+            let r: Reenabled = api
+                .post(
+                    &format!("/v1/endpoints/{}/reenable", segment(&name)),
                     Some(body),
                     &[],
                 )
                 .await?;
             println!(
                 "{name} is {}; {} events queued again",
-                text(&r["endpoint"]["state"]),
-                text(&r["replayed"])
+                r.endpoint.state, r.replayed
             );
-            if r["replay"]["truncated"].as_bool() == Some(true) {
-                println!(
-                    "truncated at 10 000 events: replay again from {}",
-                    text(&r["replay"]["continue_from"])
-                );
-            }
-            if wait && let Some(replay) = r.get("replay").filter(|v| !v.is_null()) {
-                wait_for(&api, &name, replay).await?;
+            if let Some(replay) = &r.replay {
+                if replay.truncated {
+                    println!(
+                        "truncated at 10 000 events: replay again from {}",
+                        cell(replay.continue_from)
+                    );
+                }
+                if wait {
+                    wait_for(&api, &name, replay).await?;
+                }
             }
         }
         OpsCommand::Replay {
@@ -367,19 +333,18 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
                 format!("cli-replay-{name}-{since}-{}", until.as_deref().unwrap_or("now"))
             });
             let body = json!({ "since": since, "until": until });
-            let (_, r) = api
-                .call(
-                    Method::POST,
-                    &format!("/v1/endpoints/{name}/replay"),
+            let r: ReplayOutcome = api
+                .post(
+                    &format!("/v1/endpoints/{}/replay", segment(&name)),
                     Some(body),
                     &[("idempotency-key", &key)],
                 )
                 .await?;
-            println!("{} events queued again for {name}", text(&r["queued"]));
-            if r["truncated"].as_bool() == Some(true) {
+            println!("{} events queued again for {name}", r.queued);
+            if r.truncated {
                 println!(
                     "truncated at 10 000 events: replay again with --since {}",
-                    text(&r["continue_from"])
+                    cell(r.continue_from)
                 );
             }
             if wait {
@@ -390,13 +355,94 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
     Ok(())
 }
 
+fn print_endpoints(list: &EndpointList) {
+    let rows = list
+        .endpoints
+        .iter()
+        .map(|e| {
+            vec![
+                e.name.clone(),
+                e.state.to_string(),
+                e.consecutive_failures.to_string(),
+                cell(e.failing_since),
+                cell(e.last_success_at),
+                e.url.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME",
+            "STATE",
+            "FAILURES",
+            "FAILING SINCE",
+            "LAST SUCCESS",
+            "URL",
+        ],
+        rows,
+    );
+}
+
+fn print_endpoint(e: &EndpointView) {
+    let fields = [
+        ("name", e.name.clone()),
+        ("url", e.url.clone()),
+        ("state", e.state.to_string()),
+        ("consecutive_failures", e.consecutive_failures.to_string()),
+        ("failing_since", cell(e.failing_since)),
+        ("last_success_at", cell(e.last_success_at)),
+        ("policy", cell(e.policy.as_ref())),
+        ("topics", serde_json::to_string(&e.topics).unwrap_or_default()),
+    ];
+    for (key, value) in fields {
+        println!("{key:<22}{value}");
+    }
+    for problem in &e.problems {
+        println!("{:<22}{problem}", "problem");
+    }
+    println!("\nhistory:");
+    let rows = e
+        .history
+        .iter()
+        .map(|h| vec![h.at.to_string(), h.state.to_string(), h.reason.clone()])
+        .collect();
+    table(&["AT", "STATE", "REASON"], rows);
+}
+
+fn print_deliveries(list: &DeliveryList) {
+    let rows = list
+        .deliveries
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.clone(),
+                d.endpoint.clone(),
+                d.status.as_str().to_owned(),
+                d.attempt_count.to_string(),
+                cell(d.next_attempt_at),
+                d.event_id.clone(),
+                cell(d.last_error.as_ref()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "ENDPOINT",
+            "STATUS",
+            "ATTEMPTS",
+            "NEXT ATTEMPT",
+            "EVENT",
+            "LAST ERROR",
+        ],
+        rows,
+    );
+}
+
 /// Polls until none of the replay's deliveries is pending, with a progress bar.
-async fn wait_for(api: &ApiClient, endpoint: &str, replay: &Value) -> Result<(), String> {
-    let total = replay["queued"].as_u64().unwrap_or(0);
-    let (Some(first), Some(last)) = (
-        replay["first_delivery"].as_str(),
-        replay["last_delivery"].as_str(),
-    ) else {
+async fn wait_for(api: &ApiClient, endpoint: &str, replay: &ReplayOutcome) -> Result<(), String> {
+    let total = replay.queued as u64;
+    let (Some(first), Some(last)) = (&replay.first_delivery, &replay.last_delivery) else {
         return Ok(());
     };
     let bar = ProgressBar::new(total);
@@ -405,27 +451,47 @@ async fn wait_for(api: &ApiClient, endpoint: &str, replay: &Value) -> Result<(),
             .map_err(|e| e.to_string())?
             .progress_chars("=> "),
     );
+    let path = with_query(
+        "/v1/deliveries/summary",
+        &[
+            ("endpoint", Some(endpoint.to_owned())),
+            ("from", Some(first.clone())),
+            ("to", Some(last.clone())),
+        ],
+    );
     loop {
-        let (_, body) = api
-            .call(
-                Method::GET,
-                &format!("/v1/deliveries/summary?endpoint={endpoint}&from={first}&to={last}"),
-                None,
-                &[],
-            )
-            .await?;
-        let pending = body["pending"].as_u64().unwrap_or(0);
-        bar.set_position(total.saturating_sub(pending));
-        if pending == 0 {
+        let summary: Summary = api.get(&path).await?;
+        bar.set_position(total.saturating_sub(summary.pending));
+        if summary.pending == 0 {
             bar.finish();
             println!(
                 "done: {} succeeded, {} failed, {} dead",
-                text(&body["succeeded"]),
-                text(&body["failed"]),
-                text(&body["dead"])
+                summary.succeeded, summary.failed, summary.dead
             );
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_and_path_segments_are_encoded() {
+        assert_eq!(
+            with_query(
+                "/v1/deliveries",
+                &[
+                    ("limit", Some("20".into())),
+                    ("endpoint", Some("a&b=c d".into())),
+                    ("status", None),
+                ],
+            ),
+            "/v1/deliveries?limit=20&endpoint=a%26b%3Dc+d"
+        );
+        assert_eq!(with_query("/v1/x", &[("status", None)]), "/v1/x");
+        assert_eq!(segment("../x y"), "%2E%2E%2Fx%20y");
     }
 }

@@ -17,7 +17,6 @@ mod duration;
 mod plan;
 mod preview;
 pub mod sns;
-mod svg;
 
 use std::fmt;
 use std::time::Duration;
@@ -31,7 +30,6 @@ pub use duration::{humanize_duration, parse_duration};
 pub use plan::{BackoffDecision, GiveUpReason, NextStep, RetryContext, plan_next};
 pub use preview::{PlannedAttempt, preview, render_preview_table};
 pub use sns::SnsPolicy;
-pub use svg::{render_backoff_curves_svg, render_preview_svg};
 
 /// Which failures a policy retries (SPEC §3, key `retry_on`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

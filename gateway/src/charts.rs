@@ -1,11 +1,11 @@
 //! Charts of schedules, as self-contained SVG: users would rather look at a schedule than
-//! read it (issue 3). Plain SVG 1.1 with inline attributes, no scripts, no external fonts, so
+//! read it. Plain SVG 1.1 with inline attributes, no scripts, no external fonts, so
 //! the files render the same in a browser, on GitHub and in an image viewer.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{BackoffFunction, Phase, Policy, humanize_duration, preview};
+use crate::policy::{BackoffFunction, Phase, Policy, humanize_duration, preview};
 
 const WIDTH: f64 = 800.0;
 const HEIGHT: f64 = 440.0;
@@ -416,4 +416,95 @@ pub fn render_backoff_curves_svg(min_s: f64, max_s: f64, n: u32) -> String {
     legend(&mut out, &entries);
     out.push_str("</svg>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks that every tag is closed in order: enough to catch a broken SVG without an XML
+    /// parser among the dependencies.
+    fn assert_well_formed(svg: &str) {
+        assert!(
+            svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+            "{svg}"
+        );
+        let mut open: Vec<&str> = Vec::new();
+        let mut rest = svg;
+        while let Some(start) = rest.find('<') {
+            let end = rest[start..].find('>').expect("unterminated tag") + start;
+            let tag = &rest[start + 1..end];
+            if let Some(name) = tag.strip_prefix('/') {
+                assert_eq!(open.pop(), Some(name), "mismatched </{name}>");
+            } else if !tag.ends_with('/') {
+                open.push(tag.split_whitespace().next().unwrap_or(""));
+            }
+            rest = &rest[end + 1..];
+        }
+        assert!(open.is_empty(), "unclosed {open:?}");
+        assert!(
+            !svg.contains("NaN") && !svg.contains("inf"),
+            "bad number in {svg}"
+        );
+    }
+
+    #[test]
+    fn the_preview_chart_has_a_bar_per_attempt_axes_and_a_legend() {
+        let svg = render_preview_svg(&Policy::standard());
+        assert_well_formed(&svg);
+        assert_eq!(svg.matches("<title>attempt ").count(), 9);
+        assert!(svg.contains("wait before the attempt (log scale)"));
+        assert!(svg.contains(">initial</text>") && svg.contains(">schedule</text>"));
+        assert!(svg.contains("brought forward to the deadline, 3d"));
+        assert!(svg.contains("attempt (all 9)"));
+    }
+
+    #[test]
+    fn the_preview_chart_of_a_long_policy_shows_its_first_bars_only() {
+        let svg = render_preview_svg(&Policy::preset("sns-aws-managed").unwrap());
+        assert_well_formed(&svg);
+        assert_eq!(svg.matches("<title>attempt ").count(), 120);
+        assert!(svg.contains("attempt (the first 120 of 100016)"));
+        assert!(svg.len() < 100_000, "{} bytes", svg.len());
+    }
+
+    #[test]
+    fn the_preview_chart_of_flat_waits_uses_a_linear_axis() {
+        let svg = render_preview_svg(&Policy::preset("sns-http-default").unwrap());
+        assert_well_formed(&svg);
+        assert!(svg.contains("wait before the attempt</text>"));
+        assert!(!svg.contains("log scale"));
+    }
+
+    #[test]
+    fn the_backoff_curves_chart_draws_the_four_functions_with_a_legend() {
+        let svg = render_backoff_curves_svg(5.0, 260.0, 10);
+        assert_well_formed(&svg);
+        assert_eq!(svg.matches("<polyline").count(), 4);
+        assert_eq!(svg.matches("<circle").count(), 40);
+        for function in BackoffFunction::ALL {
+            assert!(svg.contains(&format!(">{function}</text>")), "{function}");
+        }
+        assert!(svg.contains("exponential retry 9: 98.8 s"), "{svg}");
+        assert!(svg.contains(">backoff retry</text>"));
+        assert!(svg.contains("delay before the retry (s)"));
+        assert!(svg.contains("10 retries from 5 s to 260 s"));
+    }
+
+    /// `docs/backoff-curves.svg` is this chart; regenerate it with
+    /// `HOOKGATE_BLESS=1 cargo test -p hookgate --lib charts`.
+    #[test]
+    fn docs_backoff_curves_svg_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/backoff-curves.svg");
+        let svg = render_backoff_curves_svg(5.0, 260.0, 10);
+        if std::env::var_os("HOOKGATE_BLESS").is_some() {
+            std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs")).unwrap();
+            std::fs::write(path, &svg).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == svg,
+            "docs/backoff-curves.svg is stale: run HOOKGATE_BLESS=1 cargo test -p hookgate --lib charts"
+        );
+    }
 }
