@@ -7,6 +7,7 @@
 //! group — and then calls every completion. A job that fails rolls back only its own savepoint.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -34,6 +35,8 @@ pub(super) enum Msg {
 #[derive(Clone)]
 pub(super) struct WriterHandle {
     tx: mpsc::Sender<Msg>,
+    /// The writer thread, joined by the first [`WriterHandle::close`].
+    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl WriterHandle {
@@ -56,21 +59,29 @@ impl WriterHandle {
         })
     }
 
+    /// Commits everything queued so far, stops the writer and waits for its thread to end.
     pub(super) async fn close(&self) {
         let (tx, rx) = oneshot::channel();
         if self.tx.send(Msg::Close(tx)).await.is_ok() {
             let _ = rx.await;
+        }
+        let thread = self.thread.lock().expect("writer thread lock").take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
 }
 
 pub(super) fn spawn(conn: Connection, queue_capacity: usize, max_batch: usize) -> WriterHandle {
     let (tx, rx) = mpsc::channel(queue_capacity);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("hookgate-writer".into())
         .spawn(move || run(conn, rx, max_batch))
         .expect("spawning the writer thread");
-    WriterHandle { tx }
+    WriterHandle {
+        tx,
+        thread: Arc::new(Mutex::new(Some(thread))),
+    }
 }
 
 fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
