@@ -281,6 +281,15 @@ pub fn step(rules: &HealthRules, current: &EndpointHealth, input: HealthInput, n
     run.step
 }
 
+/// [`step`] as the keeper of an endpoint's health applies an input: never at a time before
+/// the health's last change, so that the history stays in order when an input arrives late —
+/// a timer's deadline that passed before a change made meanwhile, or another node's slightly
+/// different clock.
+pub fn apply(rules: &HealthRules, current: &EndpointHealth, input: HealthInput, at: Timestamp) -> Step {
+    let at = current.changed_at.map_or(at, |changed| at.max(changed));
+    step(rules, current, input, at)
+}
+
 /// When a time-based transition would next fire with no further input, so the caller can set a
 /// timer for that exact moment:
 ///

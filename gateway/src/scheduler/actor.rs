@@ -2,25 +2,26 @@
 //! attempt's [`lifecycle::decide`] decision.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rand::Rng;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
+use super::feeder::HealthReport;
 use super::handle::{Command, Publisher, Shared};
 use super::held::HeldEvent;
 use super::lane::{self, Lane};
 use super::lifecycle;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::health::HealthInput;
+use crate::health::{EndpointHealth, HealthInput};
 use crate::model::{DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
 use crate::store::{AttemptWrite, PendingDelivery, ReadyDelivery, StateChange, Store};
 
@@ -70,6 +71,12 @@ impl Ord for Due {
     }
 }
 
+/// The feeder's ends of its channels with the actor: state changes in, health reports out.
+pub(super) struct FeederChannels {
+    pub(super) changes: mpsc::UnboundedReceiver<StateChange>,
+    pub(super) reports: mpsc::UnboundedSender<HealthReport>,
+}
+
 /// How an attempt task ended.
 enum Finished {
     /// The attempt ran (a request was made, failed before an answer, or a transform dropped
@@ -109,6 +116,12 @@ pub(super) struct Actor {
     /// the newest round of each. An item of an older round is dropped wherever it surfaces
     /// (heap, admission, a finished attempt), which cancels it without searching the heap.
     pub(super) superseded: HashMap<DeliveryId, u32>,
+    /// Health inputs sent to the store and not answered yet, per endpoint.
+    pub(super) health_in_store: HashMap<Arc<str>, u32>,
+    /// Re-enable calls waiting for the store to apply their input, per endpoint, in order.
+    pub(super) reenable_waiters: HashMap<Arc<str>, VecDeque<oneshot::Sender<EndpointHealth>>>,
+    /// The store's answers to health inputs, from the feeder.
+    pub(super) health_reports: mpsc::UnboundedReceiver<HealthReport>,
     pub(super) publisher: Option<Publisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     pub(super) runtime: tokio::runtime::Handle,
@@ -120,8 +133,9 @@ impl Actor {
         deps: super::SchedulerDeps,
         commands: mpsc::UnboundedReceiver<Command>,
         shared: Arc<Shared>,
-    ) -> (Actor, mpsc::UnboundedReceiver<StateChange>) {
+    ) -> (Actor, FeederChannels) {
         let (changes, changes_rx) = mpsc::unbounded_channel();
+        let (reports_tx, health_reports) = mpsc::unbounded_channel();
         let env = Arc::new(AttemptEnv {
             clock: deps.clock.clone(),
             sender: deps.sender,
@@ -144,10 +158,17 @@ impl Actor {
             changes,
             held_bytes: Arc::new(AtomicU64::new(0)),
             superseded: HashMap::new(),
+            health_in_store: HashMap::new(),
+            reenable_waiters: HashMap::new(),
+            health_reports,
             publisher: None,
             runtime: tokio::runtime::Handle::current(),
         };
-        (actor, changes_rx)
+        let feeder = FeederChannels {
+            changes: changes_rx,
+            reports: reports_tx,
+        };
+        (actor, feeder)
     }
 
     /// Takes in the pending deliveries the store holds at start, without their events (each
@@ -189,12 +210,12 @@ impl Actor {
             let next_timer = self.health_timers.peek().map(|Reverse((at, _))| *at);
             let wake = [next_due, next_timer, throttle_wake].into_iter().flatten().min();
             // Idle: nothing running, and whatever waits in a lane waits for room or the throttle,
-            // which only the clock or a finished attempt can give.
+            // which only the clock or a finished attempt can give, or for the store's answer
+            // about its endpoint's health (counted apart, in `health_pending`).
             let idle = self.tasks.is_empty()
-                && self
-                    .lanes
-                    .values()
-                    .all(|l| l.waiting.is_empty() || throttle_wake.is_some());
+                && self.lanes.iter().all(|(name, l)| {
+                    l.waiting.is_empty() || throttle_wake.is_some() || !self.shared.receives_events(name)
+                });
             self.shared
                 .next_wake_ms
                 .store(wake.map_or(i64::MAX, Timestamp::as_millis), Ordering::SeqCst);
@@ -210,6 +231,7 @@ impl Actor {
                     Ok(finished) => self.finish(finished),
                     Err(e) => tracing::error!(error = %e, "an attempt task failed"),
                 },
+                Some(report) = self.health_reports.recv() => self.take_health_report(report),
                 cmd = self.rx.recv() => match cmd {
                     Some(cmd) => {
                         self.shared.idle.store(false, Ordering::SeqCst);
@@ -275,8 +297,11 @@ impl Actor {
             Command::Replace(ready) => self.replace_waiting(ready),
             Command::Reenable { endpoint, reply } => {
                 let now = self.clock.now();
-                let h = self.step_health_at(&endpoint, HealthInput::Reenable, now);
-                let _ = reply.send(h);
+                self.reenable_waiters
+                    .entry(endpoint.clone())
+                    .or_default()
+                    .push_back(reply);
+                self.step_health_at(&endpoint, HealthInput::Reenable, now);
             }
             Command::Reconfigured => self.reconfigure(),
         }
@@ -387,10 +412,12 @@ impl Actor {
         let config = self.config.load_full();
         let global_limit = config.delivery.max_in_flight;
         let mut throttle_wake: Option<Timestamp> = None;
+        // An endpoint that stops receiving — as far as this node knows; the store's answer to
+        // the input that stopped it then stops its lane for good — holds its due deliveries.
         let names: Vec<Arc<str>> = self
             .lanes
             .iter()
-            .filter(|(_, l)| !l.waiting.is_empty())
+            .filter(|(n, l)| !l.waiting.is_empty() && self.shared.receives_events(n))
             .map(|(n, _)| n.clone())
             .collect();
         for name in names {
@@ -555,8 +582,8 @@ impl Actor {
             next_attempt_at: decision.next_attempt_at,
             last_error: decision.last_error.clone(),
         }));
-        if let Some(step) = &decision.health {
-            self.apply_health_step(&item.endpoint, step.clone(), now);
+        if let Some((input, predicted)) = &decision.health {
+            self.send_health(&item.endpoint, *input, now, &predicted.health);
         }
     }
 

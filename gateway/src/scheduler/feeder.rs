@@ -5,7 +5,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::health::{HealthInput, Step};
 use crate::store::{StateChange, Store, StoreError};
+
+/// What became of the health inputs of a committed (or dropped) batch, for the actor: the
+/// store's step for each, in order, or `None` when the batch could not be written.
+pub(super) type HealthReport = Vec<(Arc<str>, HealthInput, Option<Step>)>;
 
 /// Commits state changes in decision order, as many per commit as have piled up meanwhile.
 ///
@@ -15,7 +20,11 @@ use crate::store::{StateChange, Store, StoreError};
 /// loses them like any uncommitted write, and the deliveries they concern, still pending on
 /// disk, are attempted again after the restart. When the scheduler stops they get one last
 /// try. Any other failure would fail again: the batch is logged and dropped.
-pub(super) async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<StateChange>) {
+pub(super) async fn feed_store(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<StateChange>,
+    reports: mpsc::UnboundedSender<HealthReport>,
+) {
     const FIRST_RETRY: Duration = Duration::from_millis(50);
     const MAX_RETRY: Duration = Duration::from_secs(2);
     let mut pending: Vec<StateChange> = Vec::with_capacity(1024);
@@ -30,7 +39,12 @@ pub(super) async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedRec
         let batch: Arc<[StateChange]> = std::mem::take(&mut pending).into();
         let count = batch.len();
         match store.apply(batch.clone()).await {
-            Ok(()) => {
+            Ok(applied) => {
+                let report = applied
+                    .into_iter()
+                    .map(|a| (a.endpoint, a.input, Some(a.step)))
+                    .collect();
+                let _ = reports.send(report);
                 retry = FIRST_RETRY;
                 if let Some(since) = failing_since.take() {
                     tracing::info!(
@@ -66,6 +80,14 @@ pub(super) async fn feed_store(store: Arc<dyn Store>, mut rx: mpsc::UnboundedRec
                 // The deliveries stay pending on disk and are attempted again after a restart.
                 tracing::error!(error = %e, count, "could not record delivery outcomes; dropping them");
                 metrics::counter!("hookgate_store_write_failures_total").increment(1);
+                let report = batch
+                    .iter()
+                    .filter_map(|change| match change {
+                        StateChange::Health(h) => Some((h.endpoint.clone(), h.input, None)),
+                        _ => None,
+                    })
+                    .collect();
+                let _ = reports.send(report);
             }
         }
     }

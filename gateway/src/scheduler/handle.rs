@@ -36,6 +36,8 @@ pub(super) struct Shared {
     pub(super) queued: AtomicU64,
     /// Commands sent and not yet taken by the actor.
     pub(super) commands_pending: AtomicU64,
+    /// Health inputs sent to the store whose answer the actor has not taken yet.
+    pub(super) health_pending: AtomicU64,
     /// Set by the actor when it goes to sleep with nothing runnable: no attempt running and
     /// nothing due that it could start.
     pub(super) idle: AtomicBool,
@@ -89,10 +91,11 @@ impl SchedulerHandle {
     }
 
     /// True when the scheduler has nothing to do until its clock moves: every command is taken,
-    /// no attempt is running, nothing due is waiting. Tests wait for this before they advance
+    /// every health input answered by the store, no attempt is running, nothing due is waiting. Tests wait for this before they advance
     /// a manual clock, so that an outcome is planned at the time it happened.
     pub fn is_idle(&self, now: Timestamp) -> bool {
         self.shared.commands_pending.load(Ordering::SeqCst) == 0
+            && self.shared.health_pending.load(Ordering::SeqCst) == 0
             && self.shared.idle.load(Ordering::SeqCst)
             && self.shared.next_wake_ms.load(Ordering::SeqCst) > now.as_millis()
     }

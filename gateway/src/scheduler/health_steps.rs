@@ -6,50 +6,84 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::actor::Actor;
+use super::feeder::HealthReport;
 use super::lane::Lane;
 use crate::health::{self, Effect, EndpointHealth, HealthInput};
 use crate::model::{DeliveryStatus, ErrorKind, Timestamp};
-use crate::store::{HealthWrite, StateChange};
+use crate::store::{HealthChange, StateChange};
 
 impl Actor {
-    /// Applies a step of the health machine: the shared state the API reads, the log, the
-    /// timer for the next time-based transition, the write, and the step's effects.
-    pub(super) fn apply_health_step(
+    /// Sends a health input to the store, which holds the endpoint's health and applies it for
+    /// good (with several nodes, theirs too). Until its answer comes, the shared health the API
+    /// and fan-out read shows `predicted`, the step from the health known here.
+    pub(super) fn send_health(
         &mut self,
         endpoint: &Arc<str>,
-        step: health::Step,
-        now: Timestamp,
-    ) -> EndpointHealth {
+        input: HealthInput,
+        at: Timestamp,
+        predicted: &EndpointHealth,
+    ) {
         self.shared
             .health
             .write()
             .expect("health lock")
-            .insert(endpoint.clone(), step.health.clone());
-        for t in &step.transitions {
-            tracing::warn!(endpoint = %endpoint, from = %t.from, to = %t.to, reason = %t.reason, "endpoint state changed");
-        }
-        self.arm_health_timer(endpoint, &step.health);
-        let health = step.health.clone();
-        let _ = self.changes.send(StateChange::Health(HealthWrite {
+            .insert(endpoint.clone(), predicted.clone());
+        *self.health_in_store.entry(endpoint.clone()).or_default() += 1;
+        self.shared.health_pending.fetch_add(1, Ordering::SeqCst);
+        let _ = self.changes.send(StateChange::Health(HealthChange {
             endpoint: endpoint.clone(),
-            health: step.health,
-            transitions: step.transitions,
+            input,
+            at,
+            rules: self.config.load().health.rules.clone(),
         }));
-        self.apply_effects(endpoint, &health, step.effects, now);
-        health
     }
 
-    /// Steps health outside an attempt (a re-enable now, a timer at its deadline) and applies
-    /// the step.
-    pub(super) fn step_health_at(
-        &mut self,
-        endpoint: &Arc<str>,
-        input: HealthInput,
-        now: Timestamp,
-    ) -> EndpointHealth {
+    /// Steps health outside an attempt (a re-enable now, a timer at its deadline).
+    pub(super) fn step_health_at(&mut self, endpoint: &Arc<str>, input: HealthInput, at: Timestamp) {
         let rules = self.config.load().health.rules.clone();
-        let step = health::step(&rules, &self.shared.health_of(endpoint), input, now);
-        self.apply_health_step(endpoint, step, now)
+        let predicted = health::apply(&rules, &self.shared.health_of(endpoint), input, at);
+        self.send_health(endpoint, input, at, &predicted.health);
+    }
+
+    /// Takes the store's answers to health inputs: the stored health replaces the predicted one
+    /// once no later input of the endpoint is still on its way, and the step's transitions are
+    /// logged and have their effects (stop deliveries, publish, the next timer). Effects follow
+    /// only what the store applied, so that with several nodes each transition acts once.
+    pub(super) fn take_health_report(&mut self, report: HealthReport) {
+        let now = self.clock.now();
+        for (endpoint, input, step) in report {
+            self.shared.health_pending.fetch_sub(1, Ordering::SeqCst);
+            let outstanding = self.health_in_store.entry(endpoint.clone()).or_default();
+            *outstanding = outstanding.saturating_sub(1);
+            let last = *outstanding == 0;
+            if last {
+                self.health_in_store.remove(&endpoint);
+            }
+            let health = match step {
+                Some(step) => {
+                    if last {
+                        self.shared
+                            .health
+                            .write()
+                            .expect("health lock")
+                            .insert(endpoint.clone(), step.health.clone());
+                    }
+                    for t in &step.transitions {
+                        tracing::warn!(endpoint = %endpoint, from = %t.from, to = %t.to, reason = %t.reason, "endpoint state changed");
+                    }
+                    self.arm_health_timer(&endpoint, &step.health);
+                    self.apply_effects(&endpoint, &step.health, step.effects, now);
+                    step.health
+                }
+                None => self.shared.health_of(&endpoint),
+            };
+            if input == HealthInput::Reenable
+                && let Some(waiters) = self.reenable_waiters.get_mut(&endpoint)
+                && let Some(reply) = waiters.pop_front()
+            {
+                let _ = reply.send(health);
+            }
+        }
     }
 
     pub(super) fn apply_effects(

@@ -48,8 +48,10 @@ pub(crate) struct EndpointFacts<'a> {
 /// What to do after an attempt.
 #[derive(Debug, Clone)]
 pub(crate) struct Decision {
-    /// The endpoint's health step, when the attempt says something about the receiver.
-    pub(crate) health: Option<health::Step>,
+    /// The input for the endpoint's health machine, when the attempt says something about the
+    /// receiver, and the step it makes from the health the caller knows. The keeper of the
+    /// health (the store) applies the input for good; the step predicts its result.
+    pub(crate) health: Option<(HealthInput, health::Step)>,
     pub(crate) status: DeliveryStatus,
     /// Set exactly when the delivery stays `pending`.
     pub(crate) next_attempt_at: Option<Timestamp>,
@@ -57,11 +59,15 @@ pub(crate) struct Decision {
 }
 
 pub(crate) fn decide(attempt: &AttemptFacts, endpoint: &EndpointFacts) -> Decision {
-    let health = health_input(attempt.result)
-        .map(|input| health::step(endpoint.rules, endpoint.health, input, attempt.now));
+    let health = health_input(attempt.result).map(|input| {
+        (
+            input,
+            health::apply(endpoint.rules, endpoint.health, input, attempt.now),
+        )
+    });
     let receiving = health
         .as_ref()
-        .map_or(endpoint.health, |step| &step.health)
+        .map_or(endpoint.health, |(_, step)| &step.health)
         .state
         .receives_events();
     let (status, next_attempt_at, last_error) = match attempt.result {
@@ -337,7 +343,7 @@ mod tests {
                     rules: &rules,
                 },
             );
-            let health_kind = decision.health.as_ref().map(|step| {
+            let health_kind = decision.health.as_ref().map(|(_, step)| {
                 if step.health.consecutive_failures == 0 {
                     Success
                 } else {
@@ -390,7 +396,7 @@ mod tests {
                 rules: &rules,
             },
         );
-        assert_eq!(decision.health.unwrap().health.state, EndpointState::Paused);
+        assert_eq!(decision.health.unwrap().1.health.state, EndpointState::Paused);
         assert_eq!(decision.status, DeliveryStatus::Failed);
         assert_eq!(decision.last_error.as_deref(), Some("endpoint_paused"));
     }

@@ -5,9 +5,12 @@
 //! timers. New deliveries arrive straight from ingestion after their commit — the database is
 //! never polled — and the queue is rebuilt from the store with one scan at start.
 //!
-//! For every finished attempt the actor plans the next step (pure `policy`), steps the health
-//! machine (pure `health`), and streams the resulting [`StateChange`]s, in decision order, to
-//! a feeder task that commits them in groups. Memory may run ahead of the disk, never the
+//! For every finished attempt the actor plans the next step (pure `policy`), predicts the health
+//! machine's step (pure `health`), and streams the resulting [`StateChange`]s, in decision
+//! order, to a feeder task that commits them in groups. The store is the keeper of endpoint
+//! health: it applies each health input to the health it holds and answers the step, whose
+//! transitions then take effect (stop deliveries, publish, the next timer) — so that when
+//! several nodes share one database, each transition happens once. Memory may run ahead of the disk, never the
 //! other way round: a delivery the disk still calls pending is attempted again after a restart
 //! (at-least-once; receivers deduplicate by `webhook-id`).
 //!
@@ -54,7 +57,7 @@ pub struct SchedulerDeps {
 /// handle and the actor, which [`Scheduler::run`] drives until shutdown.
 pub struct Scheduler {
     actor: Actor,
-    changes: mpsc::UnboundedReceiver<crate::store::StateChange>,
+    feeder: actor::FeederChannels,
 }
 
 impl Scheduler {
@@ -69,11 +72,11 @@ impl Scheduler {
             .map(|(name, h)| (Arc::<str>::from(name), h))
             .collect();
         let store = deps.store.clone();
-        let (mut actor, changes) = Actor::new(deps, rx, shared.clone());
+        let (mut actor, feeder) = Actor::new(deps, rx, shared.clone());
         actor.arm_every_health_timer();
         actor.restore(store.pending_deliveries().await?);
         let handle = SchedulerHandle { tx, shared };
-        Ok((Scheduler { actor, changes }, handle))
+        Ok((Scheduler { actor, feeder }, handle))
     }
 
     /// Where operator events go; without one, state changes are only recorded.
@@ -88,8 +91,12 @@ impl Scheduler {
     /// must not wait for a worker that is busy with HTTP connections. Attempts and the store
     /// feeder run on the gateway's runtime.
     pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
-        let Scheduler { mut actor, changes } = self;
-        let feeder = tokio::spawn(feeder::feed_store(actor.store.clone(), changes));
+        let Scheduler { mut actor, feeder } = self;
+        let feeder = tokio::spawn(feeder::feed_store(
+            actor.store.clone(),
+            feeder.changes,
+            feeder.reports,
+        ));
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("hookgate-scheduler".into())

@@ -20,7 +20,7 @@ use bytes::Bytes;
 
 pub use sqlite::{SqliteOptions, SqliteStore};
 
-use crate::health::{EndpointHealth, Transition};
+use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};
 use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Timestamp};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -171,7 +171,9 @@ pub enum StateChange {
     /// An attempt's outcome and the delivery's new status.
     Attempt(AttemptWrite),
     /// An endpoint's health record and the transitions that led to it.
-    Health(HealthWrite),
+    /// An input to an endpoint's health machine. The store applies it to the health it holds
+    /// — the one authority when several nodes share the database — and reports the step.
+    Health(HealthChange),
     /// Every pending delivery of an endpoint ends with `kind` (paused, disabled, removed).
     FailPending {
         endpoint: Arc<str>,
@@ -188,12 +190,23 @@ pub enum StateChange {
     },
 }
 
-/// An endpoint's new health record, and the state changes that led to it (for the history).
+/// An endpoint health input to apply (see [`StateChange::Health`]).
 #[derive(Debug, Clone)]
-pub struct HealthWrite {
+pub struct HealthChange {
     pub endpoint: Arc<str>,
-    pub health: EndpointHealth,
-    pub transitions: Vec<Transition>,
+    pub input: HealthInput,
+    /// When it happened (a timer's deadline for a tick).
+    pub at: Timestamp,
+    pub rules: HealthRules,
+}
+
+/// A health input as the store applied it: the step of the machine from the health it held,
+/// whose transitions it recorded in the history.
+#[derive(Debug, Clone)]
+pub struct HealthApplied {
+    pub endpoint: Arc<str>,
+    pub input: HealthInput,
+    pub step: Step,
 }
 
 /// A delivery as the API shows it.
@@ -303,10 +316,11 @@ pub trait Store: Send + Sync + 'static {
     /// A duplicate event id fails the whole batch with [`StoreError::DuplicateEvent`].
     async fn ingest(&self, batch: IngestBatch) -> StoreResult<IngestOutcome>;
 
-    /// Applies the scheduler's state changes in order, in one commit. Shared, so that a caller
-    /// who keeps the batch for another try after [`StoreError::Unavailable`] need not copy it
-    /// for every try.
-    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<()>;
+    /// Applies the scheduler's state changes in order, in one commit, and answers the health
+    /// steps of its [`StateChange::Health`] inputs, in order. Shared, so that a caller who keeps
+    /// the batch for another try after [`StoreError::Unavailable`] need not copy it for every
+    /// try.
+    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<Vec<HealthApplied>>;
 
     /// Starts a new round for a delivery: pending now, fresh attempt counter, the policy's
     /// deadline counted from `now`. A finished delivery always may; a pending one only with

@@ -324,8 +324,31 @@ fn insert_idempotency(conn: &Connection, record: &IdempotencyRecord) -> StoreRes
     Ok(())
 }
 
-fn write_health(conn: &Connection, write: &HealthWrite) -> StoreResult<()> {
-    let h = &write.health;
+fn read_health(conn: &Connection, endpoint: &str) -> StoreResult<EndpointHealth> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT state, consecutive_failures, failing_since, last_success_at, changed_at
+             FROM endpoint_health WHERE endpoint = ?1",
+        )?
+        .query_row(params![endpoint], |row| {
+            Ok(EndpointHealth {
+                state: parse_col(row, 0)?,
+                consecutive_failures: row.get(1)?,
+                failing_since: opt_ts(row, 2)?,
+                last_success_at: opt_ts(row, 3)?,
+                changed_at: opt_ts(row, 4)?,
+            })
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// Applies a health input to the health the database holds, writes the new health and records
+/// the transitions in the history.
+fn apply_health(conn: &Connection, change: &HealthChange) -> StoreResult<HealthApplied> {
+    let current = read_health(conn, &change.endpoint)?;
+    let step = crate::health::apply(&change.rules, &current, change.input, change.at);
+    let h = &step.health;
     conn.prepare_cached(
         "INSERT INTO endpoint_health (endpoint, state, consecutive_failures, failing_since, last_success_at, changed_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -334,25 +357,29 @@ fn write_health(conn: &Connection, write: &HealthWrite) -> StoreResult<()> {
              last_success_at = excluded.last_success_at, changed_at = excluded.changed_at",
     )?
     .execute(params![
-        &*write.endpoint,
+        &*change.endpoint,
         h.state.as_str(),
         h.consecutive_failures,
         h.failing_since.map(Timestamp::as_millis),
         h.last_success_at.map(Timestamp::as_millis),
         h.changed_at.map(Timestamp::as_millis),
     ])?;
-    for t in &write.transitions {
+    for t in &step.transitions {
         conn.prepare_cached(
             "INSERT INTO endpoint_history (endpoint, state, at, reason) VALUES (?1, ?2, ?3, ?4)",
         )?
         .execute(params![
-            &*write.endpoint,
+            &*change.endpoint,
             t.to.as_str(),
             t.at.as_millis(),
             t.reason
         ])?;
     }
-    Ok(())
+    Ok(HealthApplied {
+        endpoint: change.endpoint.clone(),
+        input: change.input,
+        step,
+    })
 }
 
 fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
@@ -475,12 +502,13 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<()> {
+    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<Vec<HealthApplied>> {
         self.write(Urgency::Wait, move |conn| {
+            let mut applied = Vec::new();
             for change in changes.iter() {
                 match change {
                     StateChange::Attempt(write) => write_attempt(conn, write)?,
-                    StateChange::Health(write) => write_health(conn, write)?,
+                    StateChange::Health(change) => applied.push(apply_health(conn, change)?),
                     StateChange::FailPending {
                         endpoint,
                         kind,
@@ -507,7 +535,7 @@ impl Store for SqliteStore {
                     }
                 }
             }
-            Ok(())
+            Ok(applied)
         })
         .await
     }
@@ -1030,20 +1058,12 @@ mod tests {
         store.close().await;
     }
 
-    fn change(endpoint: &str, to: crate::model::EndpointState, at: Timestamp) -> StateChange {
-        StateChange::Health(HealthWrite {
+    fn change(endpoint: &str, input: crate::health::HealthInput, at: Timestamp) -> StateChange {
+        StateChange::Health(HealthChange {
             endpoint: Arc::from(endpoint),
-            health: EndpointHealth {
-                state: to,
-                changed_at: Some(at),
-                ..EndpointHealth::default()
-            },
-            transitions: vec![crate::health::Transition {
-                from: crate::model::EndpointState::Active,
-                to,
-                at,
-                reason: format!("to {to} at {at}"),
-            }],
+            input,
+            at,
+            rules: crate::health::HealthRules::default(),
         })
     }
 
@@ -1051,19 +1071,26 @@ mod tests {
     /// which explains the state the endpoint is in however old it is.
     #[tokio::test]
     async fn retention_purges_old_history_but_keeps_each_endpoints_latest_change() {
-        use crate::model::EndpointState::{Active, Degraded, Paused};
+        use crate::health::HealthInput::{AttemptFailed, Reenable};
+        use crate::model::EndpointState::{Active, Disabled};
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
         let day = Duration::from_secs(86_400);
         let old = NOW.minus(day * 40);
+        let gone = AttemptFailed { gone: true };
         let changes = vec![
-            change("a", Degraded, old),
-            change("a", Paused, old.plus(day)),
-            change("a", Active, NOW),
-            change("b", Degraded, old),
-            change("b", Paused, old.plus(day)),
+            change("a", gone, old),
+            change("a", Reenable, old.plus(day)),
+            change("a", gone, NOW),
+            change("b", gone, old),
+            change("b", Reenable, old.plus(day)),
         ];
-        store.apply(changes.into()).await.unwrap();
+        let applied = store.apply(changes.into()).await.unwrap();
+        assert_eq!(applied.len(), 5);
+        assert_eq!(
+            applied[2].step.health.state, Disabled,
+            "applied to the stored health"
+        );
         let purged = store
             .purge(RetentionCutoffs {
                 deliveries_before: NOW.minus(day * 30),
@@ -1076,8 +1103,8 @@ mod tests {
             .unwrap();
         assert_eq!(purged.history, 3);
         let states = |h: Vec<HistoryEntry>| h.into_iter().map(|e| e.state).collect::<Vec<_>>();
-        assert_eq!(states(store.endpoint_history("a", 10).await.unwrap()), [Active]);
-        assert_eq!(states(store.endpoint_history("b", 10).await.unwrap()), [Paused]);
+        assert_eq!(states(store.endpoint_history("a", 10).await.unwrap()), [Disabled]);
+        assert_eq!(states(store.endpoint_history("b", 10).await.unwrap()), [Active]);
         store.close().await;
     }
 

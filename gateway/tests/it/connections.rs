@@ -55,12 +55,14 @@ async fn endpoints_sharing_a_host_reuse_their_connections() {
         "the first wave used only {first} connections: the attempts did not overlap"
     );
     // A connection goes back to the pool a moment after its response is read, so an attempt
-    // starting right then may open one more; with the old cap of 64 the second wave opened
-    // 76 to 106.
+    // starting right then may open one more; on a busy 2-core machine that happened up to 17
+    // times in a wave of 143. With the old idle cap of 64 the second wave opened 76 to 106, so
+    // a quarter of the first wave tells the two apart with room on both sides.
+    let allowed = (first / 4).max(PER_ENDPOINT);
     assert!(
-        second - first <= PER_ENDPOINT,
-        "the second wave of {} deliveries opened {} new connections instead of reusing the {first} \
-         of the first",
+        second - first <= allowed,
+        "the second wave of {} deliveries opened {} new connections (allowed {allowed}) instead \
+         of reusing the {first} of the first",
         EVENTS * ENDPOINTS,
         second - first
     );
