@@ -294,32 +294,7 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             replay_since,
             wait,
             target,
-        } => {
-            let api = ApiClient::new(&target)?;
-            let body = json!({ "replay_since": replay_since });
-            let r: Reenabled = api
-                .post(
-                    &format!("/v1/endpoints/{}/reenable", segment(&name)),
-                    Some(body),
-                    &[],
-                )
-                .await?;
-            println!(
-                "{name} is {}; {} events queued again",
-                r.endpoint.state, r.replayed
-            );
-            if let Some(replay) = &r.replay {
-                if replay.truncated {
-                    println!(
-                        "truncated at 10 000 events: replay again from {}",
-                        cell(replay.continue_from)
-                    );
-                }
-                if wait {
-                    wait_for(&api, &name, replay).await?;
-                }
-            }
-        }
+        } => reenable(&ApiClient::new(&target)?, &name, replay_since, wait).await?,
         OpsCommand::Replay {
             name,
             since,
@@ -328,29 +303,72 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             wait,
             target,
         } => {
-            let api = ApiClient::new(&target)?;
             let key = idempotency_key.unwrap_or_else(|| {
                 format!("cli-replay-{name}-{since}-{}", until.as_deref().unwrap_or("now"))
             });
-            let body = json!({ "since": since, "until": until });
-            let r: ReplayOutcome = api
-                .post(
-                    &format!("/v1/endpoints/{}/replay", segment(&name)),
-                    Some(body),
-                    &[("idempotency-key", &key)],
-                )
-                .await?;
-            println!("{} events queued again for {name}", r.queued);
-            if r.truncated {
-                println!(
-                    "truncated at 10 000 events: replay again with --since {}",
-                    cell(r.continue_from)
-                );
-            }
-            if wait {
-                wait_for(&api, &name, &r).await?;
-            }
+            replay(&ApiClient::new(&target)?, &name, &since, until, &key, wait).await?;
         }
+    }
+    Ok(())
+}
+
+async fn reenable(
+    api: &ApiClient,
+    name: &str,
+    replay_since: Option<String>,
+    wait: bool,
+) -> Result<(), String> {
+    let body = json!({ "replay_since": replay_since });
+    let r: Reenabled = api
+        .post(
+            &format!("/v1/endpoints/{}/reenable", segment(name)),
+            Some(body),
+            &[],
+        )
+        .await?;
+    println!(
+        "{name} is {}; {} events queued again",
+        r.endpoint.state, r.replayed
+    );
+    if let Some(replay) = &r.replay {
+        if replay.truncated {
+            println!(
+                "truncated at 10 000 events: replay again from {}",
+                cell(replay.continue_from)
+            );
+        }
+        if wait {
+            wait_for(api, name, replay).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn replay(
+    api: &ApiClient,
+    name: &str,
+    since: &str,
+    until: Option<String>,
+    key: &str,
+    wait: bool,
+) -> Result<(), String> {
+    let body = json!({ "since": since, "until": until });
+    let r: ReplayOutcome = api
+        .post(
+            &format!("/v1/endpoints/{}/replay", segment(name)),
+            Some(body),
+            &[("idempotency-key", key)],
+        )
+        .await?;
+    println!("{} events queued again for {name}", r.queued);
+    if r.truncated {
+        println!(
+            "truncated at 10 000 events: replay again with --since {}",
+            cell(r.continue_from)
+        );
+    }
+    if wait {
+        wait_for(api, name, &r).await?;
     }
     Ok(())
 }

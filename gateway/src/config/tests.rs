@@ -1,3 +1,4 @@
+use super::validate::parse_size;
 use super::*;
 
 fn load(text: &str) -> Result<Config, ConfigError> {

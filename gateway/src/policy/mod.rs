@@ -1,5 +1,5 @@
-//! Retry policies (SPEC §3, §4): which failures are retried, when the next attempt is due,
-//! and when a delivery gives up.
+//! Retry policies (README "Retry policies", docs/policies.md): which failures are retried, when the
+//! next attempt is due, and when a delivery gives up.
 //!
 //! Everything here is pure: no I/O, no clock, no randomness. Times and the jitter sample are
 //! arguments, so the 72-hour schedule and the 100 015 retries of `sns-aws-managed` are tested
@@ -31,11 +31,11 @@ pub use plan::{BackoffDecision, GiveUpReason, NextStep, RetryContext, plan_next}
 pub use preview::{PlannedAttempt, preview, render_preview_table};
 pub use sns::SnsPolicy;
 
-/// Which failures a policy retries (SPEC §3, key `retry_on`).
+/// Which failures a policy retries (key `retry_on`, docs/policies.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RetryOn {
-    /// Every failure except 410 Gone (the chat product's rule, seed 002).
+    /// Every failure except 410 Gone (the `standard` preset's rule).
     All,
     /// 5xx, 429, timeouts and connection errors; every other failure is permanent (SNS).
     Sns,
@@ -177,7 +177,7 @@ pub struct Policy {
     content_type: Option<String>,
 }
 
-/// The jitter of every policy unless it says otherwise: ±20 % (SPEC §4.1, §4.2).
+/// The jitter of every policy unless it says otherwise: ±20 % (docs/policies.md).
 pub const DEFAULT_JITTER: f64 = 0.2;
 
 const PRESET_NAMES: [&str; 4] = [
@@ -188,8 +188,9 @@ const PRESET_NAMES: [&str; 4] = [
 ];
 
 impl Policy {
-    /// SPEC §4.1: 9 attempts (waits 0, 30 s, 2 min, 10 min, 1 h, 4 h, 12 h, 1 d, 2 d), none
-    /// later than 72 h after the event was received, ±20 % jitter, retry on every failure.
+    /// The README's standard schedule: 9 attempts (waits 0, 30 s, 2 min, 10 min, 1 h, 4 h, 12 h, 1
+    /// d, 2 d), none later than 72 h after the event was received, ±20 % jitter, retry on every
+    /// failure.
     pub fn standard() -> Policy {
         let minutes = |m: u64| Duration::from_secs(m * 60);
         let hours = |h: u64| Duration::from_secs(h * 3600);
@@ -277,7 +278,6 @@ impl Policy {
     /// under another name is the way to adjust one.
     pub fn from_spec(name: &str, spec: &PolicySpec) -> Result<Policy, Vec<PolicyProblem>> {
         let mut problems = Vec::new();
-
         if Policy::is_preset_name(name) {
             problems.push(PolicyProblem::new(
                 "",
@@ -287,93 +287,13 @@ impl Policy {
                 ),
             ));
         }
-
-        let given: Vec<&str> = [
-            ("schedule", spec.schedule.is_some()),
-            ("sns", spec.sns.is_some()),
-            ("preset", spec.preset.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(key, present)| present.then_some(key))
-        .collect();
-        match given.len() {
-            0 => problems.push(PolicyProblem::new(
-                "",
-                "needs one of `schedule`, `sns` or `preset`",
-            )),
-            1 => {}
-            _ => problems.push(PolicyProblem::new(
-                "",
-                format!("{} exclude each other; give exactly one", given.join(" and ")),
-            )),
-        }
-
-        let jitter = match spec.jitter {
-            None => DEFAULT_JITTER,
-            Some(j) if j.is_nan() => {
-                problems.push(PolicyProblem::new("jitter", "must be a number from 0 to 1"));
-                DEFAULT_JITTER
-            }
-            Some(j) if j < 0.0 => {
-                problems.push(PolicyProblem::new(
-                    "jitter",
-                    format!("{j} is below the minimum 0"),
-                ));
-                DEFAULT_JITTER
-            }
-            Some(j) if j > 1.0 => {
-                problems.push(PolicyProblem::new(
-                    "jitter",
-                    format!("{j} is above the maximum 1"),
-                ));
-                DEFAULT_JITTER
-            }
-            Some(j) => j,
-        };
-
-        let deadline = spec
-            .deadline
-            .as_deref()
-            .and_then(|text| match parse_duration(text) {
-                Ok(d) if d.is_zero() => {
-                    problems.push(PolicyProblem::new("deadline", "must be longer than 0s"));
-                    None
-                }
-                Ok(d) => Some(d),
-                Err(message) => {
-                    problems.push(PolicyProblem::new("deadline", message));
-                    None
-                }
-            });
-
+        check_one_kind(spec, &mut problems);
+        let jitter = spec_jitter(spec.jitter, &mut problems);
+        let deadline = spec_deadline(spec.deadline.as_deref(), &mut problems);
         let mut kind = None;
         let mut content_type = None;
         if let Some(texts) = &spec.schedule {
-            if texts.is_empty() {
-                problems.push(PolicyProblem::new(
-                    "schedule",
-                    "needs at least one wait: `0s`, the first attempt",
-                ));
-            }
-            let mut waits = Vec::with_capacity(texts.len());
-            for (i, text) in texts.iter().enumerate() {
-                match parse_duration(text) {
-                    Ok(wait) => waits.push(wait),
-                    Err(message) => problems.push(PolicyProblem::new(format!("schedule[{i}]"), message)),
-                }
-            }
-            if let (Some(first), Some(first_wait)) = (texts.first(), waits.first())
-                && waits.len() == texts.len()
-                && !first_wait.is_zero()
-            {
-                problems.push(PolicyProblem::new(
-                    "schedule[0]",
-                    format!(
-                        "is the wait before the first attempt, which is made at once: write 0s, \
-                         not {first}, and put the waits between attempts after it"
-                    ),
-                ));
-            }
+            let waits = schedule_waits(texts, &mut problems);
             kind = Some(PolicyKind::Schedule(SchedulePolicy { waits, deadline }));
         }
         if let Some(document) = &spec.sns {
@@ -385,26 +305,11 @@ impl Policy {
                 Err(found) => problems.extend(found),
             }
         }
-        if let Some(preset_name) = &spec.preset {
-            match Policy::preset(preset_name) {
-                Some(preset) => {
-                    content_type = preset.content_type.clone();
-                    kind = Some(match preset.kind {
-                        PolicyKind::Schedule(schedule) => PolicyKind::Schedule(SchedulePolicy {
-                            deadline: deadline.or(schedule.deadline),
-                            ..schedule
-                        }),
-                        sns_kind => sns_kind,
-                    });
-                }
-                None => problems.push(PolicyProblem::new(
-                    "preset",
-                    format!(
-                        "unknown preset `{preset_name}`; the presets are {}",
-                        PRESET_NAMES.join(", ")
-                    ),
-                )),
-            }
+        if let Some(preset_name) = &spec.preset
+            && let Some(preset) = preset_with(preset_name, deadline, &mut problems)
+        {
+            content_type = preset.content_type;
+            kind = Some(preset.kind);
         }
         if spec.deadline.is_some() && matches!(kind, Some(PolicyKind::Sns(_))) {
             problems.push(PolicyProblem::new(
@@ -413,7 +318,6 @@ impl Policy {
                  are used up",
             ));
         }
-
         match kind {
             Some(kind) if problems.is_empty() => {
                 let retry_on = spec.retry_on.unwrap_or(match kind {
@@ -551,6 +455,105 @@ impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.summary())
     }
+}
+
+/// A policy is exactly one of `schedule`, `sns` or `preset`.
+fn check_one_kind(spec: &PolicySpec, problems: &mut Vec<PolicyProblem>) {
+    let given: Vec<&str> = [
+        ("schedule", spec.schedule.is_some()),
+        ("sns", spec.sns.is_some()),
+        ("preset", spec.preset.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(key, present)| present.then_some(key))
+    .collect();
+    match given.len() {
+        0 => problems.push(PolicyProblem::new(
+            "",
+            "needs one of `schedule`, `sns` or `preset`",
+        )),
+        1 => {}
+        _ => problems.push(PolicyProblem::new(
+            "",
+            format!("{} exclude each other; give exactly one", given.join(" and ")),
+        )),
+    }
+}
+
+/// `jitter`, from 0 to 1; the default when absent or wrong.
+fn spec_jitter(jitter: Option<f64>, problems: &mut Vec<PolicyProblem>) -> f64 {
+    let problem = match jitter {
+        None => return DEFAULT_JITTER,
+        Some(j) if (0.0..=1.0).contains(&j) => return j,
+        Some(j) if j.is_nan() => "must be a number from 0 to 1".to_owned(),
+        Some(j) if j < 0.0 => format!("{j} is below the minimum 0"),
+        Some(j) => format!("{j} is above the maximum 1"),
+    };
+    problems.push(PolicyProblem::new("jitter", problem));
+    DEFAULT_JITTER
+}
+
+/// `deadline`, longer than 0.
+fn spec_deadline(text: Option<&str>, problems: &mut Vec<PolicyProblem>) -> Option<Duration> {
+    match parse_duration(text?) {
+        Ok(d) if d.is_zero() => {
+            problems.push(PolicyProblem::new("deadline", "must be longer than 0s"));
+            None
+        }
+        Ok(d) => Some(d),
+        Err(message) => {
+            problems.push(PolicyProblem::new("deadline", message));
+            None
+        }
+    }
+}
+
+/// The waits of a `schedule`, the first of which must be `0s` (the first attempt is at once).
+fn schedule_waits(texts: &[String], problems: &mut Vec<PolicyProblem>) -> Vec<Duration> {
+    if texts.is_empty() {
+        problems.push(PolicyProblem::new(
+            "schedule",
+            "needs at least one wait: `0s`, the first attempt",
+        ));
+    }
+    let mut waits = Vec::with_capacity(texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        match parse_duration(text) {
+            Ok(wait) => waits.push(wait),
+            Err(message) => problems.push(PolicyProblem::new(format!("schedule[{i}]"), message)),
+        }
+    }
+    if let (Some(first), Some(first_wait)) = (texts.first(), waits.first())
+        && waits.len() == texts.len()
+        && !first_wait.is_zero()
+    {
+        problems.push(PolicyProblem::new(
+            "schedule[0]",
+            format!(
+                "is the wait before the first attempt, which is made at once: write 0s, \
+                 not {first}, and put the waits between attempts after it"
+            ),
+        ));
+    }
+    waits
+}
+
+/// The preset `name`, with the spec's `deadline` (if any) replacing a schedule preset's.
+fn preset_with(name: &str, deadline: Option<Duration>, problems: &mut Vec<PolicyProblem>) -> Option<Policy> {
+    let Some(mut preset) = Policy::preset(name) else {
+        problems.push(PolicyProblem::new(
+            "preset",
+            format!(
+                "unknown preset `{name}`; the presets are {}",
+                PRESET_NAMES.join(", ")
+            ),
+        ));
+        return None;
+    };
+    if let PolicyKind::Schedule(schedule) = &mut preset.kind {
+        schedule.deadline = deadline.or(schedule.deadline);
+    }
+    Some(preset)
 }
 
 #[cfg(test)]

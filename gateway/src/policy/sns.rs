@@ -1,10 +1,11 @@
-//! The SNS HTTP/S delivery policy (SPEC §4.2): the document, its validation and its four
-//! retry phases.
+//! The SNS HTTP/S delivery policy (docs/policies.md, "SNS delivery policies"): the document, its
+//! validation and its four retry phases.
 //!
 //! The document is taken verbatim: the same 9 attributes, camelCase, with SNS's defaults and
 //! ranges, so a policy that works on SNS works here unchanged and a typo is an error that
 //! names the attribute instead of a silently ignored key.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -124,158 +125,38 @@ impl SnsPolicy {
         path: &str,
         enforce_http_limit: bool,
     ) -> Result<SnsPolicy, Vec<PolicyProblem>> {
-        let parsed;
-        let document = match document {
-            Value::String(text) => match serde_json::from_str::<Value>(text) {
-                Ok(value) => {
-                    parsed = value;
-                    &parsed
-                }
-                Err(e) => return Err(vec![PolicyProblem::new(path, format!("is not valid JSON: {e}"))]),
-            },
-            other => other,
+        let parsed = parse_document(document, path)?;
+        let top = match &parsed {
+            Cow::Borrowed(Value::Object(top)) => top,
+            Cow::Owned(Value::Object(top)) => top,
+            _ => {
+                return Err(vec![PolicyProblem::new(
+                    path,
+                    "must be a mapping (or a JSON string) with healthyRetryPolicy, throttlePolicy \
+                     and requestPolicy",
+                )]);
+            }
         };
-        let Value::Object(top) = document else {
-            return Err(vec![PolicyProblem::new(
-                path,
-                "must be a mapping (or a JSON string) with healthyRetryPolicy, throttlePolicy \
-                 and requestPolicy",
-            )]);
-        };
-
         let mut reader = Reader::default();
         reader.refuse_unknown(
             path,
             top,
             &["healthyRetryPolicy", "throttlePolicy", "requestPolicy"],
         );
-
         let mut policy = SnsPolicy::http_default();
-
         let retry_path = join(path, "healthyRetryPolicy");
-        let mut numbers_ok = true;
-        if let Some(retry) = reader.section(&retry_path, top.get("healthyRetryPolicy")) {
-            reader.refuse_unknown(
-                &retry_path,
-                retry,
-                &[
-                    "minDelayTarget",
-                    "maxDelayTarget",
-                    "numRetries",
-                    "numNoDelayRetries",
-                    "numMinDelayRetries",
-                    "numMaxDelayRetries",
-                    "backoffFunction",
-                ],
-            );
-            let mut read = |key: &str, default: u32| -> Option<i64> {
-                match retry.get(key) {
-                    None => Some(i64::from(default)),
-                    Some(value) => reader.whole_number(&join(&retry_path, key), value),
-                }
-            };
-            let min = read("minDelayTarget", policy.min_delay_s);
-            let max = read("maxDelayTarget", policy.max_delay_s);
-            let num_retries = read("numRetries", policy.num_retries);
-            let no_delay = read("numNoDelayRetries", 0);
-            let min_delay = read("numMinDelayRetries", 0);
-            let max_delay = read("numMaxDelayRetries", 0);
-
-            if let Some(value) = retry.get("backoffFunction") {
-                match value.as_str().map(str::parse::<BackoffFunction>) {
-                    Some(Ok(function)) => policy.backoff_function = function,
-                    _ => reader.problem(
-                        join(&retry_path, "backoffFunction"),
-                        "must be one of linear, arithmetic, geometric, exponential",
-                    ),
-                }
-            }
-
-            let checked = |reader: &mut Reader, key: &str, value: Option<i64>, lo: i64, hi: i64| {
-                let value = value?;
-                reader.in_range(&join(&retry_path, key), value, lo, hi)
-            };
-            let max_limit = HTTP_POLICY_LIMIT_S as i64;
-            let min_checked = checked(&mut reader, "minDelayTarget", min, 1, i64::MAX);
-            let max_checked = checked(&mut reader, "maxDelayTarget", max, 1, max_limit);
-            if let (Some(min), Some(max)) = (min_checked, max_checked)
-                && min > max
-            {
-                reader.problem(
-                    join(&retry_path, "minDelayTarget"),
-                    format!("{min} is above maxDelayTarget {max}"),
-                );
-            }
-            let num_retries = checked(&mut reader, "numRetries", num_retries, 0, 100);
-            let no_delay = checked(&mut reader, "numNoDelayRetries", no_delay, 0, i64::MAX);
-            let min_delay = checked(&mut reader, "numMinDelayRetries", min_delay, 0, i64::MAX);
-            let max_delay = checked(&mut reader, "numMaxDelayRetries", max_delay, 0, i64::MAX);
-
-            if let (Some(n), Some(a), Some(b), Some(c)) = (num_retries, no_delay, min_delay, max_delay) {
-                let phases = a.saturating_add(b).saturating_add(c);
-                if phases > n {
-                    reader.problem(
-                        retry_path.clone(),
-                        format!(
-                            "numNoDelayRetries + numMinDelayRetries + numMaxDelayRetries add up to \
-                             {phases}, above numRetries {n}"
-                        ),
-                    );
-                }
-            }
-            match (
-                min_checked,
-                max_checked,
-                num_retries,
-                no_delay,
-                min_delay,
-                max_delay,
-            ) {
-                (Some(min), Some(max), Some(n), Some(a), Some(b), Some(c)) if min <= max => {
-                    // Each value passed its range check; a count can still be huge when the
-                    // sum check failed, but then the document is refused anyway.
-                    policy.min_delay_s = to_u32(min);
-                    policy.max_delay_s = to_u32(max);
-                    policy.num_retries = to_u32(n);
-                    policy.num_no_delay_retries = to_u32(a);
-                    policy.num_min_delay_retries = to_u32(b);
-                    policy.num_max_delay_retries = to_u32(c);
-                }
-                _ => numbers_ok = false,
-            }
-        }
-
+        let numbers_ok = match reader.section(&retry_path, top.get("healthyRetryPolicy")) {
+            Some(retry) => reader.retry_section(&retry_path, retry, &mut policy),
+            None => true,
+        };
         let throttle_path = join(path, "throttlePolicy");
         if let Some(throttle) = reader.section(&throttle_path, top.get("throttlePolicy")) {
-            reader.refuse_unknown(&throttle_path, throttle, &["maxReceivesPerSecond"]);
-            if let Some(value) = throttle.get("maxReceivesPerSecond") {
-                let key_path = join(&throttle_path, "maxReceivesPerSecond");
-                if let Some(rate) = reader.whole_number(&key_path, value)
-                    && let Some(rate) = reader.in_range(&key_path, rate, 1, i64::from(u32::MAX))
-                {
-                    policy.max_receives_per_second = Some(to_u32(rate));
-                }
-            }
+            reader.throttle_section(&throttle_path, throttle, &mut policy);
         }
-
         let request_path = join(path, "requestPolicy");
         if let Some(request) = reader.section(&request_path, top.get("requestPolicy")) {
-            reader.refuse_unknown(&request_path, request, &["headerContentType"]);
-            if let Some(value) = request.get("headerContentType") {
-                let key_path = join(&request_path, "headerContentType");
-                match value {
-                    Value::String(content_type) if is_supported_content_type(content_type) => {
-                        policy.header_content_type = Some(content_type.clone());
-                    }
-                    _ => reader.problem(
-                        key_path,
-                        "must be application/json or text/plain (parameters such as \
-                         `; charset=UTF-8` may follow)",
-                    ),
-                }
-            }
+            reader.request_section(&request_path, request, &mut policy);
         }
-
         if enforce_http_limit && numbers_ok && reader.problems.is_empty() {
             let total_s = policy.total_delay_s();
             if total_s > HTTP_POLICY_LIMIT_S + 1e-9 {
@@ -288,11 +169,176 @@ impl SnsPolicy {
                 );
             }
         }
-
         if reader.problems.is_empty() {
             Ok(policy)
         } else {
             Err(reader.problems)
+        }
+    }
+}
+
+/// The document as a JSON value: a mapping as it is, a string parsed as the JSON it holds.
+fn parse_document<'a>(document: &'a Value, path: &str) -> Result<Cow<'a, Value>, Vec<PolicyProblem>> {
+    match document {
+        Value::String(text) => serde_json::from_str::<Value>(text)
+            .map(Cow::Owned)
+            .map_err(|e| vec![PolicyProblem::new(path, format!("is not valid JSON: {e}"))]),
+        other => Ok(Cow::Borrowed(other)),
+    }
+}
+
+/// The six counts and delays of `healthyRetryPolicy`, as read (None: absent and no default,
+/// or not a whole number).
+struct RetryNumbers {
+    min: Option<i64>,
+    max: Option<i64>,
+    num_retries: Option<i64>,
+    no_delay: Option<i64>,
+    min_delay: Option<i64>,
+    max_delay: Option<i64>,
+}
+
+impl Reader {
+    /// Reads `healthyRetryPolicy` into `policy`. False when its numbers could not all be
+    /// taken (each problem is recorded).
+    fn retry_section(
+        &mut self,
+        retry_path: &str,
+        retry: &Map<String, Value>,
+        policy: &mut SnsPolicy,
+    ) -> bool {
+        self.refuse_unknown(
+            retry_path,
+            retry,
+            &[
+                "minDelayTarget",
+                "maxDelayTarget",
+                "numRetries",
+                "numNoDelayRetries",
+                "numMinDelayRetries",
+                "numMaxDelayRetries",
+                "backoffFunction",
+            ],
+        );
+        let mut read = |key: &str, default: u32| -> Option<i64> {
+            match retry.get(key) {
+                None => Some(i64::from(default)),
+                Some(value) => self.whole_number(&join(retry_path, key), value),
+            }
+        };
+        let raw = RetryNumbers {
+            min: read("minDelayTarget", policy.min_delay_s),
+            max: read("maxDelayTarget", policy.max_delay_s),
+            num_retries: read("numRetries", policy.num_retries),
+            no_delay: read("numNoDelayRetries", 0),
+            min_delay: read("numMinDelayRetries", 0),
+            max_delay: read("numMaxDelayRetries", 0),
+        };
+        if let Some(value) = retry.get("backoffFunction") {
+            match value.as_str().map(str::parse::<BackoffFunction>) {
+                Some(Ok(function)) => policy.backoff_function = function,
+                _ => self.problem(
+                    join(retry_path, "backoffFunction"),
+                    "must be one of linear, arithmetic, geometric, exponential",
+                ),
+            }
+        }
+        let checked = self.check_retry_numbers(retry_path, raw);
+        match checked {
+            RetryNumbers {
+                min: Some(min),
+                max: Some(max),
+                num_retries: Some(n),
+                no_delay: Some(a),
+                min_delay: Some(b),
+                max_delay: Some(c),
+            } if min <= max => {
+                // Each value passed its range check; a count can still be huge when the
+                // sum check failed, but then the document is refused anyway.
+                policy.min_delay_s = to_u32(min);
+                policy.max_delay_s = to_u32(max);
+                policy.num_retries = to_u32(n);
+                policy.num_no_delay_retries = to_u32(a);
+                policy.num_min_delay_retries = to_u32(b);
+                policy.num_max_delay_retries = to_u32(c);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The range checks of the retry numbers, and the rules between them (min ≤ max, the
+    /// phases fit in `numRetries`). Returns the values that passed their range check.
+    fn check_retry_numbers(&mut self, retry_path: &str, raw: RetryNumbers) -> RetryNumbers {
+        let mut checked = |key: &str, value: Option<i64>, lo: i64, hi: i64| {
+            let value = value?;
+            self.in_range(&join(retry_path, key), value, lo, hi)
+        };
+        let max_limit = HTTP_POLICY_LIMIT_S as i64;
+        let out = RetryNumbers {
+            min: checked("minDelayTarget", raw.min, 1, i64::MAX),
+            max: checked("maxDelayTarget", raw.max, 1, max_limit),
+            num_retries: checked("numRetries", raw.num_retries, 0, 100),
+            no_delay: checked("numNoDelayRetries", raw.no_delay, 0, i64::MAX),
+            min_delay: checked("numMinDelayRetries", raw.min_delay, 0, i64::MAX),
+            max_delay: checked("numMaxDelayRetries", raw.max_delay, 0, i64::MAX),
+        };
+        if let (Some(min), Some(max)) = (out.min, out.max)
+            && min > max
+        {
+            self.problem(
+                join(retry_path, "minDelayTarget"),
+                format!("{min} is above maxDelayTarget {max}"),
+            );
+        }
+        if let (Some(n), Some(a), Some(b), Some(c)) =
+            (out.num_retries, out.no_delay, out.min_delay, out.max_delay)
+        {
+            let phases = a.saturating_add(b).saturating_add(c);
+            if phases > n {
+                self.problem(
+                    retry_path.to_owned(),
+                    format!(
+                        "numNoDelayRetries + numMinDelayRetries + numMaxDelayRetries add up to \
+                         {phases}, above numRetries {n}"
+                    ),
+                );
+            }
+        }
+        out
+    }
+
+    fn throttle_section(
+        &mut self,
+        throttle_path: &str,
+        throttle: &Map<String, Value>,
+        policy: &mut SnsPolicy,
+    ) {
+        self.refuse_unknown(throttle_path, throttle, &["maxReceivesPerSecond"]);
+        if let Some(value) = throttle.get("maxReceivesPerSecond") {
+            let key_path = join(throttle_path, "maxReceivesPerSecond");
+            if let Some(rate) = self.whole_number(&key_path, value)
+                && let Some(rate) = self.in_range(&key_path, rate, 1, i64::from(u32::MAX))
+            {
+                policy.max_receives_per_second = Some(to_u32(rate));
+            }
+        }
+    }
+
+    fn request_section(&mut self, request_path: &str, request: &Map<String, Value>, policy: &mut SnsPolicy) {
+        self.refuse_unknown(request_path, request, &["headerContentType"]);
+        if let Some(value) = request.get("headerContentType") {
+            let key_path = join(request_path, "headerContentType");
+            match value {
+                Value::String(content_type) if is_supported_content_type(content_type) => {
+                    policy.header_content_type = Some(content_type.clone());
+                }
+                _ => self.problem(
+                    key_path,
+                    "must be application/json or text/plain (parameters such as \
+                     `; charset=UTF-8` may follow)",
+                ),
+            }
         }
     }
 }
@@ -415,7 +461,7 @@ pub(crate) fn seconds_to_duration(seconds: f64) -> Duration {
     }
 }
 
-/// The delivery policy of the SNS documentation (seed 000), used across the policy tests:
+/// The delivery policy of the SNS documentation, used across the policy tests:
 /// 3 no-delay, 2 at 1 s, 10 exponential 1 → 60 s, 35 at 60 s; 10/s; JSON.
 #[cfg(test)]
 pub(crate) fn seed_example_document() -> Value {

@@ -1,0 +1,324 @@
+//! From the file's raw shape to the [`Config`] the gateway runs on, one section at a time. Each
+//! section reads its keys, falls back to [`defaults`] and records every problem in the
+//! [`Validator`]; [`build`] fails only at the end, with all of them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::defaults::{self, limits};
+use super::endpoint::Known;
+use super::raw::*;
+use super::validate::{Validator, parse_size, read_ca_certs};
+use super::*;
+use crate::health::HealthRules;
+use crate::model::Secret;
+use crate::policy::{Policy, PolicySpec};
+
+/// Validates the raw config and builds the typed one, collecting every problem.
+pub(super) fn build(
+    raw: RawConfig,
+    source: Option<PathBuf>,
+    label: &str,
+    line_of: &dyn Fn(&str) -> usize,
+) -> Result<Config, ConfigError> {
+    let mut v = Validator {
+        label,
+        line_of,
+        problems: Vec::new(),
+    };
+    let server = v.server(&raw.server);
+    let storage = v.storage(&raw.storage);
+    let plugins = v.plugins(&raw.plugins, &storage.path);
+    let delivery = v.delivery(&raw.delivery);
+    let health = v.health(&raw.health);
+    let retention = v.retention(&raw.retention);
+    let policies = v.policies(&raw.policies);
+    let topics = v.topics(&raw.topics, &health, &policies);
+    let known = Known {
+        topics: &topics,
+        policies: &policies,
+    };
+    let mut endpoints = BTreeMap::new();
+    for (name, raw_ep) in raw.endpoints {
+        if let Some(ep) = v.endpoint(&name, raw_ep, &known) {
+            endpoints.insert(ep.name.clone(), Arc::new(ep));
+        }
+    }
+    if !v.problems.is_empty() {
+        v.problems.sort_by_key(|p| p.line);
+        return Err(ConfigError { problems: v.problems });
+    }
+    Ok(Config {
+        source,
+        server,
+        storage,
+        plugins,
+        delivery,
+        health,
+        retention,
+        policies,
+        topics,
+        endpoints,
+    })
+}
+
+impl Validator<'_> {
+    fn server(&mut self, raw: &RawServer) -> ServerConfig {
+        let listen = self
+            .parse(
+                "server.listen",
+                raw.listen.as_deref().unwrap_or(defaults::LISTEN),
+                |s| {
+                    s.parse::<SocketAddr>()
+                        .map_err(|_| format!("`{s}` is not an ip:port address"))
+                },
+            )
+            .unwrap_or_else(|| defaults::LISTEN.parse().expect("valid default"));
+        let mut api_keys = Vec::new();
+        for (i, key) in raw.api_keys.iter().enumerate() {
+            if key.trim().is_empty() {
+                self.problem(
+                    &format!("server.api_keys[{i}]"),
+                    "an API key may not be empty".into(),
+                );
+            } else {
+                api_keys.push(Secret::new(key.clone()));
+            }
+        }
+        if api_keys.is_empty() && !listen.ip().is_loopback() {
+            self.problem(
+                "server.api_keys",
+                format!(
+                    "no API keys, but the listener {listen} is not loopback; add api_keys or listen on 127.0.0.1"
+                ),
+            );
+        }
+        ServerConfig {
+            listen,
+            api_keys,
+            max_body_bytes: self.size(
+                "server.max_body",
+                raw.max_body.as_deref(),
+                defaults::MAX_BODY_BYTES,
+            ),
+            shutdown_grace: self.duration(
+                "server.shutdown_grace",
+                raw.shutdown_grace.as_deref(),
+                defaults::SHUTDOWN_GRACE,
+            ),
+            rate_limit_per_key: self.positive("server.rate_limit_per_key", raw.rate_limit_per_key),
+            header_timeout: self.nonzero_duration(
+                "server.header_timeout",
+                raw.header_timeout.as_deref(),
+                defaults::HEADER_TIMEOUT,
+            ),
+            body_timeout: self.nonzero_duration(
+                "server.body_timeout",
+                raw.body_timeout.as_deref(),
+                defaults::BODY_TIMEOUT,
+            ),
+        }
+    }
+
+    fn storage(&mut self, raw: &RawStorage) -> StorageConfig {
+        StorageConfig {
+            path: PathBuf::from(raw.path.as_deref().unwrap_or(defaults::DB_PATH)),
+            max_size_bytes: raw.max_size.as_deref().and_then(|text| {
+                let bytes = self.parse("storage.max_size", text, parse_size)?;
+                if bytes < limits::MIN_STORAGE_SIZE {
+                    self.problem(
+                        "storage.max_size",
+                        format!("`{text}` is below the minimum of 64KiB"),
+                    );
+                    return None;
+                }
+                u64::try_from(bytes).ok()
+            }),
+        }
+    }
+
+    fn plugins(&mut self, raw: &RawPlugins, db_path: &Path) -> PluginsConfig {
+        let cache_default = db_path
+            .parent()
+            .map(|p| p.join(defaults::PLUGIN_CACHE_DIR_NAME))
+            .unwrap_or_else(|| PathBuf::from(defaults::PLUGIN_CACHE_DIR_NAME));
+        PluginsConfig {
+            dir: PathBuf::from(raw.dir.as_deref().unwrap_or(defaults::PLUGIN_DIR)),
+            cache_dir: raw
+                .cache_dir
+                .as_deref()
+                .map(PathBuf::from)
+                .unwrap_or(cache_default),
+            call_timeout: self.duration(
+                "plugins.call_timeout",
+                raw.call_timeout.as_deref(),
+                defaults::PLUGIN_CALL_TIMEOUT,
+            ),
+            memory_bytes: self.size(
+                "plugins.memory",
+                raw.memory.as_deref(),
+                defaults::PLUGIN_MEMORY_BYTES,
+            ),
+            max_output_bytes: self.size(
+                "plugins.max_output",
+                raw.max_output.as_deref(),
+                defaults::PLUGIN_MAX_OUTPUT_BYTES,
+            ),
+        }
+    }
+
+    fn delivery(&mut self, raw: &RawDelivery) -> DeliveryConfig {
+        let mut allow_networks = Vec::new();
+        for (i, net) in raw.allow_networks.iter().enumerate() {
+            let parsed = net
+                .parse::<IpNet>()
+                .or_else(|_| net.parse::<std::net::IpAddr>().map(IpNet::from));
+            match parsed {
+                Ok(n) => allow_networks.push(n),
+                Err(_) => self.problem(
+                    &format!("delivery.allow_networks[{i}]"),
+                    format!("`{net}` is not a CIDR such as 127.0.0.0/8"),
+                ),
+            }
+        }
+        let mut extra_roots = Vec::new();
+        for (i, file) in raw.ca_certs.iter().enumerate() {
+            match read_ca_certs(Path::new(file)) {
+                Ok(certs) => extra_roots.extend(certs),
+                Err(why) => self.problem(&format!("delivery.ca_certs[{i}]"), format!("`{file}`: {why}")),
+            }
+        }
+        DeliveryConfig {
+            timeout: self.duration(
+                "delivery.timeout",
+                raw.timeout.as_deref(),
+                defaults::DELIVERY_TIMEOUT,
+            ),
+            allow_networks,
+            extra_roots,
+            max_in_flight: self
+                .positive("delivery.max_in_flight", raw.max_in_flight)
+                .unwrap_or(defaults::MAX_IN_FLIGHT),
+            max_in_flight_per_endpoint: self
+                .positive(
+                    "delivery.max_in_flight_per_endpoint",
+                    raw.max_in_flight_per_endpoint,
+                )
+                .unwrap_or(defaults::MAX_IN_FLIGHT_PER_ENDPOINT),
+        }
+    }
+
+    /// The health machine's limits; their defaults live with the machine ([`HealthRules`]).
+    fn health(&mut self, raw: &RawHealth) -> HealthConfig {
+        let d = HealthRules::default();
+        let rules = HealthRules {
+            degrade_after_failures: self
+                .positive("health.degrade_after_failures", raw.degrade_after_failures)
+                .unwrap_or(d.degrade_after_failures),
+            pause_after: self.duration("health.pause_after", raw.pause_after.as_deref(), d.pause_after),
+            pause_min_failures: self
+                .positive("health.pause_min_failures", raw.pause_min_failures)
+                .unwrap_or(d.pause_min_failures),
+            disable_after: self.duration(
+                "health.disable_after",
+                raw.disable_after.as_deref(),
+                d.disable_after,
+            ),
+        };
+        if let Some(op) = &raw.operator_topic {
+            self.name("health.operator_topic", op);
+        }
+        HealthConfig {
+            rules,
+            operator_topic: raw.operator_topic.clone(),
+        }
+    }
+
+    fn retention(&mut self, raw: &RawRetention) -> RetentionConfig {
+        let retention = RetentionConfig {
+            deliveries: self.duration(
+                "retention.deliveries",
+                raw.deliveries.as_deref(),
+                defaults::RETAIN_DELIVERIES,
+            ),
+            events: self.duration("retention.events", raw.events.as_deref(), defaults::RETAIN_EVENTS),
+            idempotency: self.duration(
+                "retention.idempotency",
+                raw.idempotency.as_deref(),
+                defaults::RETAIN_IDEMPOTENCY_KEYS,
+            ),
+        };
+        if retention.events < limits::MIN_RETAIN_EVENTS {
+            self.problem(
+                "retention.events",
+                "must be at least 7d, the window replay needs".into(),
+            );
+        }
+        retention
+    }
+
+    /// The presets and the file's own policies, which may not take a preset's name.
+    fn policies(&mut self, raw: &BTreeMap<String, PolicySpec>) -> BTreeMap<String, Arc<Policy>> {
+        let mut policies: BTreeMap<String, Arc<Policy>> = Policy::presets()
+            .into_iter()
+            .map(|p| (p.name().to_owned(), Arc::new(p)))
+            .collect();
+        for (name, spec) in raw {
+            let path = format!("policies.{name}");
+            if Policy::is_preset_name(name) {
+                self.problem(
+                    &path,
+                    format!("`{name}` is a built-in preset and cannot be redefined; choose another name"),
+                );
+                continue;
+            }
+            match Policy::from_spec(name, spec) {
+                Ok(policy) => {
+                    policies.insert(name.clone(), Arc::new(policy));
+                }
+                Err(problems) => {
+                    for p in problems {
+                        let full = if p.path.is_empty() {
+                            path.clone()
+                        } else {
+                            format!("{path}.{}", p.path)
+                        };
+                        self.problem(&full, p.message);
+                    }
+                }
+            }
+        }
+        policies
+    }
+
+    /// The file's topics, plus the operator topic when health events are published.
+    fn topics(
+        &mut self,
+        raw: &BTreeMap<String, RawTopic>,
+        health: &HealthConfig,
+        policies: &BTreeMap<String, Arc<Policy>>,
+    ) -> BTreeMap<String, TopicConfig> {
+        let mut topics = BTreeMap::new();
+        for (name, topic) in raw {
+            let path = format!("topics.{name}");
+            self.name(&path, name);
+            if let Some(policy) = &topic.policy {
+                self.policy_exists(&format!("{path}.policy"), policy, policies);
+            }
+            topics.insert(
+                name.clone(),
+                TopicConfig {
+                    policy: topic.policy.clone(),
+                },
+            );
+        }
+        if let Some(op) = &health.operator_topic {
+            topics.entry(op.clone()).or_insert(TopicConfig { policy: None });
+        }
+        topics
+    }
+}

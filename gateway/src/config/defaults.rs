@@ -1,0 +1,43 @@
+//! Every default of the config file in one place: what a key is when the file leaves it out.
+//! The README's "Configuration" section shows the same values as a commented example.
+
+use std::time::Duration;
+
+pub const LISTEN: &str = "127.0.0.1:8080";
+pub const DB_PATH: &str = "./data/hookgate.db";
+pub const PLUGIN_DIR: &str = "./plugins";
+/// Under the database's folder unless the file says otherwise.
+pub const PLUGIN_CACHE_DIR_NAME: &str = "plugin-cache";
+/// The one topic of the embedded default, so that a newcomer's first event is accepted.
+pub const TOPIC: &str = "default";
+
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub const PLUGIN_CALL_TIMEOUT: Duration = Duration::from_millis(100);
+pub const PLUGIN_MEMORY_BYTES: usize = 32 << 20;
+pub const PLUGIN_MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_IN_FLIGHT: u32 = 512;
+pub const MAX_IN_FLIGHT_PER_ENDPOINT: u32 = 16;
+
+pub const RETAIN_DELIVERIES: Duration = Duration::from_secs(30 * 86_400);
+pub const RETAIN_EVENTS: Duration = Duration::from_secs(30 * 86_400);
+pub const RETAIN_IDEMPOTENCY_KEYS: Duration = Duration::from_secs(86_400);
+
+/// Limits, not defaults: values the file may not go below or above.
+pub mod limits {
+    use std::time::Duration;
+
+    /// The shortest `retention.events`: the window replay needs.
+    pub const MIN_RETAIN_EVENTS: Duration = Duration::from_secs(7 * 86_400);
+    /// The smallest `storage.max_size`: an empty database alone takes tens of KiB.
+    pub const MIN_STORAGE_SIZE: usize = 64 * 1024;
+    /// The largest CA file read: a bundle of a few hundred certificates.
+    pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+    /// Topic and endpoint names appear in URLs and metrics labels.
+    pub const MAX_NAME_LEN: usize = 128;
+}

@@ -1,0 +1,191 @@
+//! Validating one endpoint of the file: every key checked, every problem recorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use http::{HeaderName, HeaderValue, Uri};
+
+use super::raw::{RawEndpoint, RawSecrets};
+use super::validate::Validator;
+use super::{EndpointConfig, TopicConfig, defaults};
+use crate::model::Secret;
+use crate::policy::Policy;
+
+/// Headers the gateway sets itself; an endpoint's `headers` may not override them.
+const RESERVED_HEADERS: &[&str] = &[
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "hookgate-delivery-attempt",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "connection",
+];
+
+/// What an endpoint may refer to: the file's topics and policies (presets included).
+pub(super) struct Known<'a> {
+    pub topics: &'a BTreeMap<String, TopicConfig>,
+    pub policies: &'a BTreeMap<String, Arc<Policy>>,
+}
+
+impl Validator<'_> {
+    /// The endpoint `name`, or None when any of its keys has a problem (all of them recorded).
+    pub(super) fn endpoint(&mut self, name: &str, raw: RawEndpoint, known: &Known) -> Option<EndpointConfig> {
+        let path = format!("endpoints.{name}");
+        let before = self.problems.len();
+        self.name(&path, name);
+        let url = self.endpoint_url(&path, &raw.url);
+        self.endpoint_topics(&path, &raw.topics, known.topics);
+        let type_matcher = self.type_matcher(&path, &raw.types);
+        if let Some(policy) = &raw.policy {
+            self.policy_exists(&format!("{path}.policy"), policy, known.policies);
+        }
+        let secrets = self.secrets(&path, raw.secret);
+        let headers = self.headers(&path, &raw.headers);
+        if let Some(rate) = raw.max_per_second
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            self.problem(
+                &format!("{path}.max_per_second"),
+                format!("{rate} must be a positive number"),
+            );
+        }
+        let max_in_flight = self.positive(&format!("{path}.max_in_flight"), raw.max_in_flight);
+        let timeout = raw
+            .timeout
+            .as_deref()
+            .map(|t| self.duration(&format!("{path}.timeout"), Some(t), defaults::DELIVERY_TIMEOUT));
+        let transform = self.binding(&format!("{path}.transform"), raw.transform);
+        let signer = self.binding(&format!("{path}.signer"), raw.signer);
+        let backoff = self.binding(&format!("{path}.backoff"), raw.backoff);
+
+        if self.problems.len() > before {
+            return None;
+        }
+        Some(EndpointConfig {
+            name: Arc::from(name),
+            url: url?,
+            topics: raw.topics,
+            types: raw.types,
+            type_matcher,
+            policy: raw.policy,
+            secrets: secrets.into_iter().map(Secret::new).collect(),
+            headers,
+            transform,
+            signer,
+            backoff,
+            max_per_second: raw.max_per_second,
+            max_in_flight,
+            timeout,
+            ordered: raw.ordered,
+            dead_letter: raw.dead_letter,
+        })
+    }
+
+    fn endpoint_url(&mut self, path: &str, url: &str) -> Option<Uri> {
+        self.parse(&format!("{path}.url"), url, |s| {
+            let uri: Uri = s.parse().map_err(|e| format!("`{s}` is not a URL: {e}"))?;
+            match uri.scheme_str() {
+                Some("http" | "https") => {}
+                _ => return Err(format!("`{s}` must start with http:// or https://")),
+            }
+            if uri.host().is_none_or(str::is_empty) {
+                return Err(format!("`{s}` has no host"));
+            }
+            Ok(uri)
+        })
+    }
+
+    fn endpoint_topics(&mut self, path: &str, wanted: &[String], topics: &BTreeMap<String, TopicConfig>) {
+        if wanted.is_empty() {
+            self.problem(
+                &format!("{path}.topics"),
+                "an endpoint needs at least one topic".into(),
+            );
+        }
+        for (i, topic) in wanted.iter().enumerate() {
+            if !topics.contains_key(topic) {
+                let known: Vec<&str> = topics.keys().map(String::as_str).collect();
+                self.problem(
+                    &format!("{path}.topics[{i}]"),
+                    format!("unknown topic `{topic}` (declared: {})", known.join(", ")),
+                );
+            }
+        }
+    }
+
+    /// The compiled `types` globs; None when the endpoint takes every type.
+    fn type_matcher(&mut self, path: &str, types: &[String]) -> Option<GlobSet> {
+        if types.is_empty() {
+            return None;
+        }
+        let mut builder = GlobSetBuilder::new();
+        for (i, pattern) in types.iter().enumerate() {
+            match Glob::new(pattern) {
+                Ok(g) => {
+                    builder.add(g);
+                }
+                Err(e) => self.problem(
+                    &format!("{path}.types[{i}]"),
+                    format!("`{pattern}` is not a glob: {e}"),
+                ),
+            }
+        }
+        builder.build().ok()
+    }
+
+    /// The signing secrets, one or a list (during a rotation). A problem never echoes a secret.
+    fn secrets(&mut self, path: &str, raw: Option<RawSecrets>) -> Vec<String> {
+        let secrets: Vec<String> = match raw {
+            None => Vec::new(),
+            Some(RawSecrets::One(s)) => vec![s],
+            Some(RawSecrets::Many(list)) => list,
+        };
+        for (i, secret) in secrets.iter().enumerate() {
+            let spath = if secrets.len() == 1 {
+                format!("{path}.secret")
+            } else {
+                format!("{path}.secret[{i}]")
+            };
+            if secret.is_empty() {
+                self.problem(&spath, "a secret may not be empty".into());
+            } else if let Some(b64) = secret.strip_prefix("whsec_") {
+                use base64::Engine;
+                let decoded = base64::engine::general_purpose::STANDARD.decode(b64);
+                if decoded.as_ref().map_or(true, Vec::is_empty) {
+                    self.problem(
+                        &spath,
+                        "a whsec_ secret must be followed by non-empty base64".into(),
+                    );
+                }
+            }
+        }
+        secrets
+    }
+
+    /// The extra headers, none of which may be one the gateway sets itself.
+    fn headers(&mut self, path: &str, raw: &BTreeMap<String, String>) -> Vec<(HeaderName, HeaderValue)> {
+        let mut headers = Vec::new();
+        for (key, value) in raw {
+            let hpath = format!("{path}.headers.{key}");
+            let Ok(name) = HeaderName::from_bytes(key.as_bytes()) else {
+                self.problem(&hpath, format!("`{key}` is not a valid header name"));
+                continue;
+            };
+            if RESERVED_HEADERS.contains(&name.as_str()) {
+                self.problem(
+                    &hpath,
+                    format!("`{key}` is set by the gateway and cannot be overridden"),
+                );
+                continue;
+            }
+            match HeaderValue::from_str(value) {
+                Ok(v) => headers.push((name, v)),
+                Err(_) => self.problem(&hpath, "not a valid header value".into()),
+            }
+        }
+        headers
+    }
+}

@@ -1,0 +1,197 @@
+//! The file's shape: what serde reads (`deny_unknown_fields`) and what `hookgate config schema`
+//! describes. Nothing here is validated yet; [`super::build`] turns it into a [`super::Config`].
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::policy::PolicySpec;
+
+/// The hookgate configuration file.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub storage: RawStorage,
+    #[serde(default)]
+    pub plugins: RawPlugins,
+    #[serde(default)]
+    pub delivery: RawDelivery,
+    #[serde(default)]
+    pub health: RawHealth,
+    #[serde(default)]
+    pub retention: RawRetention,
+    /// Retry policies by name. The presets `standard`, `sns-http-default`, `sns-aws-managed` and
+    /// `sns-customer-managed` always exist and cannot be redefined.
+    #[serde(default)]
+    pub policies: BTreeMap<String, PolicySpec>,
+    /// The topics apps may post to.
+    #[serde(default)]
+    pub topics: BTreeMap<String, RawTopic>,
+    /// The subscribers.
+    #[serde(default)]
+    pub endpoints: BTreeMap<String, RawEndpoint>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// `ip:port` to listen on. Default `127.0.0.1:8080`.
+    pub listen: Option<String>,
+    /// Bearer keys accepted by the API. None: no authentication, allowed only on loopback.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// Largest accepted request body, e.g. `256KiB` (the default) or `1MiB`.
+    pub max_body: Option<String>,
+    /// How long in-flight attempts may finish after SIGTERM/SIGINT. Default `10s`.
+    pub shutdown_grace: Option<String>,
+    /// Ingestion requests per second allowed per API key (average, with a burst of the same
+    /// size). None: unlimited.
+    pub rate_limit_per_key: Option<u32>,
+    /// How long a client may take to send a request's headers (and how long an idle
+    /// keep-alive connection stays open); slower connections are closed, so that slow clients
+    /// cannot hold connections open (slowloris). Default `10s`.
+    pub header_timeout: Option<String>,
+    /// How long a client may take to send a request body once its headers are in; a slower
+    /// body is refused with 408. Default `30s`.
+    pub body_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawStorage {
+    /// The SQLite database file. Default `./data/hookgate.db`.
+    pub path: Option<String>,
+    /// The largest the database may grow, e.g. `8GiB` (at least `64KiB`). Reaching it is
+    /// handled like a full disk: ingestion answers 503 `storage_unavailable` and nothing is
+    /// written until there is room. Reloadable: raising it makes room without a restart.
+    /// Default: no cap.
+    pub max_size: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlugins {
+    /// Folder watched for `*.wasm` plugins. Default `./plugins`.
+    pub dir: Option<String>,
+    /// Folder for compiled plugin artifacts. Default: `plugin-cache` next to the database.
+    pub cache_dir: Option<String>,
+    /// CPU time a plugin call may take. Default `100ms`.
+    pub call_timeout: Option<String>,
+    /// Linear memory a plugin instance may grow to. Default `32MiB`.
+    pub memory: Option<String>,
+    /// Largest body + headers a plugin may return. Default `1MiB`.
+    pub max_output: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelivery {
+    /// Whole-request timeout of an attempt. Default `10s`.
+    pub timeout: Option<String>,
+    /// CIDRs exempt from the private-address block, e.g. `127.0.0.0/8`.
+    #[serde(default)]
+    pub allow_networks: Vec<String>,
+    /// Attempts in flight at once, over all endpoints. Default 512.
+    pub max_in_flight: Option<u32>,
+    /// Attempts in flight at once per endpoint, unless the endpoint says otherwise. Default 16.
+    pub max_in_flight_per_endpoint: Option<u32>,
+    /// PEM files of certificate authorities trusted for `https` endpoints besides Mozilla's
+    /// roots, e.g. a company's internal CA. Read at start; a change needs a restart.
+    #[serde(default)]
+    pub ca_certs: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    /// Failed attempts in a row that make an active endpoint degraded. Default 5.
+    pub degrade_after_failures: Option<u32>,
+    /// Time without success before a degraded endpoint is paused. Default `3d`.
+    pub pause_after: Option<String>,
+    /// Failed attempts in a row also needed for the pause. Default 20.
+    pub pause_min_failures: Option<u32>,
+    /// Time without success before a paused endpoint is disabled. Default `7d`.
+    pub disable_after: Option<String>,
+    /// A topic on which every endpoint state change is published as an event
+    /// (`hookgate.endpoint.degraded`, `.paused`, `.disabled`, `.reenabled`, `.recovered`).
+    /// The topic exists implicitly; subscribe an endpoint to it to route alerts.
+    pub operator_topic: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetention {
+    /// How long finished deliveries and their attempts are kept. Default `30d`.
+    pub deliveries: Option<String>,
+    /// How long events are kept (at least the 7 days replay needs). Default `30d`.
+    pub events: Option<String>,
+    /// How long ingestion idempotency keys are kept. Default `24h`.
+    pub idempotency: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTopic {
+    /// The retry policy of deliveries of this topic, unless the endpoint names its own.
+    pub policy: Option<String>,
+    /// Free text for humans.
+    pub description: Option<String>,
+}
+
+/// One secret, or a list while rotating (every listed secret signs).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RawSecrets {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawBinding {
+    /// The plugin's name: its file name without `.wasm`.
+    pub plugin: String,
+    /// Plugin-specific settings; a plugin ignores keys it does not know.
+    #[serde(default)]
+    pub config: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEndpoint {
+    /// Where events are POSTed: `http://` or `https://`.
+    pub url: String,
+    /// The topics this endpoint receives.
+    pub topics: Vec<String>,
+    /// Event-type globs (`order.*`); none: every type.
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// Retry policy; wins over the topic's. Default: the topic's, else `standard`.
+    pub policy: Option<String>,
+    /// Signing secret(s): `whsec_<base64>` (Standard Webhooks) or any string.
+    pub secret: Option<RawSecrets>,
+    /// Extra headers sent with every attempt.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub transform: Option<RawBinding>,
+    pub signer: Option<RawBinding>,
+    pub backoff: Option<RawBinding>,
+    /// Average deliveries per second to this endpoint (not a strict cap).
+    pub max_per_second: Option<f64>,
+    /// Attempts in flight at once to this endpoint.
+    pub max_in_flight: Option<u32>,
+    /// Per-endpoint attempt timeout, overriding `delivery.timeout`.
+    pub timeout: Option<String>,
+    /// Deliver events with the same `ordering_key` strictly one after another.
+    #[serde(default)]
+    pub ordered: bool,
+    /// Keep exhausted or permanently failed deliveries as `dead` for redrive.
+    #[serde(default)]
+    pub dead_letter: bool,
+    /// Free text for humans.
+    pub description: Option<String>,
+}

@@ -1,0 +1,194 @@
+//! The checks every section of the config file shares: each one records a problem (with the
+//! key's path and line) instead of stopping, so that one run lists everything to fix.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+
+use super::Problem;
+use super::defaults::limits::{MAX_CA_FILE_BYTES, MAX_NAME_LEN};
+use super::raw::RawBinding;
+use crate::model::PluginBinding;
+use crate::policy::Policy;
+
+pub(super) struct Validator<'a> {
+    pub(super) label: &'a str,
+    pub(super) line_of: &'a dyn Fn(&str) -> usize,
+    pub(super) problems: Vec<Problem>,
+}
+
+impl Validator<'_> {
+    pub(super) fn problem(&mut self, path: &str, reason: String) {
+        self.problems.push(Problem {
+            file: self.label.to_owned(),
+            line: (self.line_of)(path),
+            path: path.to_owned(),
+            reason,
+        });
+    }
+
+    pub(super) fn parse<T>(
+        &mut self,
+        path: &str,
+        text: &str,
+        f: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        match f(text) {
+            Ok(v) => Some(v),
+            Err(reason) => {
+                self.problem(path, reason);
+                None
+            }
+        }
+    }
+
+    /// A duration such as `30s` or `2d`; `default` when the key is absent or wrong.
+    pub(super) fn duration(&mut self, path: &str, text: Option<&str>, default: Duration) -> Duration {
+        match text {
+            None => default,
+            Some(t) => self
+                .parse(path, t, |s| {
+                    crate::policy::parse_duration(s).map_err(|e| format!("`{s}` is not a duration ({e})"))
+                })
+                .unwrap_or(default),
+        }
+    }
+
+    /// A timeout: zero would refuse everything, so it is a mistake, not a way to turn it off.
+    pub(super) fn nonzero_duration(&mut self, path: &str, text: Option<&str>, default: Duration) -> Duration {
+        let value = self.duration(path, text, default);
+        if value.is_zero() {
+            self.problem(path, "must be more than 0".into());
+            return default;
+        }
+        value
+    }
+
+    pub(super) fn size(&mut self, path: &str, text: Option<&str>, default: usize) -> usize {
+        match text {
+            None => default,
+            Some(t) => self.parse(path, t, parse_size).unwrap_or(default),
+        }
+    }
+
+    pub(super) fn positive(&mut self, path: &str, value: Option<u32>) -> Option<u32> {
+        match value {
+            Some(0) => {
+                self.problem(path, "must be at least 1".into());
+                None
+            }
+            other => other,
+        }
+    }
+
+    /// Topic and endpoint names appear in URLs and metrics labels: keep them plain.
+    pub(super) fn name(&mut self, path: &str, name: &str) {
+        let ok = !name.is_empty()
+            && name.len() <= MAX_NAME_LEN
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            self.problem(
+                path,
+                format!("`{name}` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`"),
+            );
+        }
+    }
+
+    pub(super) fn policy_exists(&mut self, path: &str, name: &str, policies: &BTreeMap<String, Arc<Policy>>) {
+        if !policies.contains_key(name) {
+            let known: Vec<&str> = policies.keys().map(String::as_str).collect();
+            self.problem(
+                path,
+                format!("unknown policy `{name}` (known: {})", known.join(", ")),
+            );
+        }
+    }
+
+    pub(super) fn binding(&mut self, path: &str, raw: Option<RawBinding>) -> Option<PluginBinding> {
+        let raw = raw?;
+        if raw.plugin.trim().is_empty() {
+            self.problem(&format!("{path}.plugin"), "a plugin name may not be empty".into());
+            return None;
+        }
+        let config = raw
+            .config
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                (k, text)
+            })
+            .collect();
+        Some(PluginBinding {
+            plugin: PluginBinding::normalize_name(&raw.plugin),
+            config,
+        })
+    }
+}
+
+/// `256KiB`, `1MiB`, `1000`, `64KB`: a byte count.
+pub(super) fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size such as 256KiB"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        "KB" | "kB" => 1000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ));
+        }
+    };
+    n.checked_mul(factor)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{text}` is out of range"))
+}
+
+/// The certificates of a PEM file, each checked to be usable as a trust anchor.
+pub(super) fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    use std::io::Read as _;
+
+    use rustls::pki_types::pem::PemObject as _;
+    // Only a regular file, read no further than the limit: never block on a FIFO, and never
+    // read a device or a `/proc` file (which report a size of 0) without end.
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
+        .map_err(|e| e.to_string())?;
+    if pem.len() as u64 > MAX_CA_FILE_BYTES {
+        return Err(format!("larger than {} KiB", MAX_CA_FILE_BYTES / 1024));
+    }
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM certificate file ({e})"))?;
+    if certs.is_empty() {
+        return Err("holds no `BEGIN CERTIFICATE` block".to_owned());
+    }
+    let mut check = rustls::RootCertStore::empty();
+    for (n, cert) in certs.iter().enumerate() {
+        check
+            .add(cert.clone())
+            .map_err(|e| format!("certificate {} is not a usable CA certificate: {e}", n + 1))?;
+    }
+    Ok(certs)
+}
