@@ -16,6 +16,7 @@ use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use hookgate::model::{PluginBinding, Secret};
 use hookgate::plugins::{EventInfo, PluginHost, PluginLimits, SignInput, TransformInput};
+use hookgate::telemetry::Metrics;
 
 fn binding(plugin: &str, config: &[(&str, &str)]) -> PluginBinding {
     PluginBinding {
@@ -78,7 +79,7 @@ fn host_with(dir: &Path, cache: &Path, plugins: &[&str]) -> PluginHost {
 
 fn host_with_limits(dir: &Path, cache: &Path, plugins: &[&str], limits: PluginLimits) -> PluginHost {
     plugin_build::install_plugins(dir, plugins);
-    PluginHost::new(dir.to_owned(), cache.to_owned(), limits).unwrap()
+    PluginHost::new(dir.to_owned(), cache.to_owned(), limits, Metrics::new()).unwrap()
 }
 
 fn per_call_reused(c: &mut Criterion) {

@@ -17,6 +17,7 @@ use crate::health::EndpointHealth;
 use crate::model::{Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError};
+use crate::telemetry::Metrics;
 
 /// An event as an app hands it in.
 #[derive(Debug, Clone)]
@@ -63,6 +64,7 @@ pub struct Ingestor {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) scheduler: SchedulerHandle,
     pub(crate) committer: Committer,
+    pub(crate) metrics: Metrics,
 }
 
 pub fn new_event_id() -> String {
@@ -70,22 +72,6 @@ pub fn new_event_id() -> String {
 }
 
 impl Ingestor {
-    pub fn new(
-        clock: Arc<dyn Clock>,
-        config: Arc<ArcSwap<Config>>,
-        store: Arc<dyn Store>,
-        scheduler: SchedulerHandle,
-        committer: Committer,
-    ) -> Self {
-        Ingestor {
-            clock,
-            config,
-            store,
-            scheduler,
-            committer,
-        }
-    }
-
     /// Gives each event its id and receipt time and picks its endpoints: subscribed to the
     /// topic, matching the type filter, and neither paused nor disabled.
     pub fn prepare(&self, events: Vec<NewEvent>) -> Prepared {
@@ -150,7 +136,7 @@ impl Ingestor {
         match self.store.ingest(batch).await? {
             IngestOutcome::Committed(ready) => {
                 for (topic, n) in per_topic {
-                    metrics::counter!("hookgate_events_ingested_total", "topic" => topic).increment(n);
+                    self.metrics.events_ingested(&topic).increment(n);
                 }
                 Ok((Committed::Fresh, ToSchedule::Ready(ready)))
             }

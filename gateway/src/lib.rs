@@ -16,9 +16,12 @@ pub mod model;
 pub mod plugins;
 pub mod policy;
 pub mod recovery;
+pub mod reload;
 pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod supervisor;
+pub mod telemetry;
 
-pub use supervisor::{Gateway, GatewayOptions, Reloader};
+pub use reload::{ReloadOutcome, Reloader};
+pub use supervisor::{Gateway, GatewayOptions};

@@ -16,6 +16,7 @@ use hookgate::plugins::{
     BackoffInput, EventInfo, FailureDetail, PluginBackoffDecision, PluginHost, PluginLimits, SignInput,
     TransformInput, TransformResult, World, check_file,
 };
+use hookgate::telemetry::Metrics;
 use serde_json::{Value, json};
 use sha2::Sha256;
 use support::plugin_build::{built_plugin, install_plugins};
@@ -36,7 +37,13 @@ fn host_with_limits(plugins: &[&str], limits: PluginLimits) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), plugins);
-    let host = PluginHost::new(dir.path().to_owned(), cache.path().to_owned(), limits).unwrap();
+    let host = PluginHost::new(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        limits,
+        Metrics::new(),
+    )
+    .unwrap();
     Fixture {
         host,
         dir,
@@ -1164,6 +1171,7 @@ async fn a_restart_loads_compiled_artifacts_from_the_cache() {
         dir.path().to_owned(),
         cache.path().to_owned(),
         PluginLimits::default(),
+        Metrics::new(),
     )
     .unwrap();
     let cold = started.elapsed();
@@ -1176,6 +1184,7 @@ async fn a_restart_loads_compiled_artifacts_from_the_cache() {
         dir.path().to_owned(),
         cache.path().to_owned(),
         PluginLimits::default(),
+        Metrics::new(),
     )
     .unwrap();
     let warm = started.elapsed();
@@ -1240,7 +1249,13 @@ async fn a_python_plugin_built_with_componentize_py_forwards_and_drops() {
         memory_bytes: 64 << 20,
         ..PluginLimits::default()
     };
-    let host = PluginHost::new(dir.path().to_owned(), cache.path().to_owned(), limits).unwrap();
+    let host = PluginHost::new(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        limits,
+        Metrics::new(),
+    )
+    .unwrap();
     assert_eq!(host.world_of("type-filter"), Some(World::Transformer));
     let b = binding(
         "type-filter",

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use axum::Router;
-use metrics_exporter_prometheus::PrometheusHandle;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -36,6 +35,7 @@ use crate::recovery::Recovery;
 use crate::scheduler::SchedulerHandle;
 use crate::scheduler::attempt::AttemptEnv;
 use crate::store::Store;
+use crate::telemetry::Metrics;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -48,7 +48,7 @@ pub struct AppState {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) attempts: Arc<AttemptEnv>,
     pub(crate) idempotency: idempotency::InFlight,
-    pub(crate) metrics: Option<PrometheusHandle>,
+    pub(crate) metrics: Metrics,
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
     pub(crate) rate_limits: auth::RateLimits,
 }
@@ -120,7 +120,7 @@ pub(crate) struct ApiDeps {
     pub(crate) recovery: Recovery,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) attempts: Arc<AttemptEnv>,
-    pub(crate) metrics: Option<PrometheusHandle>,
+    pub(crate) metrics: Metrics,
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
 }
 

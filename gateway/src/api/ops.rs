@@ -36,7 +36,10 @@ async fn healthz() -> Json<Liveness> {
     responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Gauges that are cheaper to read at scrape time than to keep up to date.
-    metrics::gauge!("hookgate_queue_depth").set(state.scheduler.queue_depth() as f64);
+    state
+        .metrics
+        .queue_depth()
+        .set(state.scheduler.queue_depth() as f64);
     let config = state.config.load();
     for name in config.endpoints.keys() {
         let current = state.scheduler.health_of(name).state;
@@ -46,19 +49,18 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             EndpointState::Paused,
             EndpointState::Disabled,
         ] {
-            metrics::gauge!("hookgate_endpoint_state", "endpoint" => name.to_string(), "state" => s.as_str())
+            state
+                .metrics
+                .endpoint_state(name, s.as_str())
                 .set(if s == current { 1.0 } else { 0.0 });
         }
     }
-    match &state.metrics {
-        Some(handle) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
-        None => (StatusCode::NOT_FOUND, "metrics are not enabled").into_response(),
-    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 #[derive(Debug, Serialize, ToSchema)]

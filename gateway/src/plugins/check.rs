@@ -152,7 +152,8 @@ impl fmt::Display for CheckReport {
 pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckReport> {
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let engine = PluginEngine::new(limits)?;
-    let compiler = Compiler::new(&engine.engine, None)?;
+    // A check's figures are not the gateway's: they go to a recorder nobody reads.
+    let compiler = Compiler::new(&engine.engine, None, &crate::telemetry::Metrics::new())?;
     let file_name = path
         .file_name()
         .and_then(|n| n.to_str())

@@ -1,5 +1,5 @@
 //! WebAssembly plugins: transforms, signers and backoff functions that users drop into a
-//! folder (SPEC §7, §11 "Plugins"; the contract is `wit/plugin.wit`).
+//! folder (README "Plugins", docs/writing-a-plugin.md; the contract is `wit/plugin.wit`).
 //!
 //! A [`PluginHost`] owns one wasmtime `Engine` (epoch interruption driven by a ticker thread,
 //! the pooling allocator where the address space allows), a compilation cache on disk, and a
@@ -37,6 +37,7 @@ pub use host::crypto::{BadSecret, SigningKey};
 pub use pool::InstanceStats;
 
 use crate::model::{PluginBinding, Secret, Timestamp};
+use crate::telemetry::Metrics;
 use call::{CallError, CallInput, CallOutput, Finished};
 use pool::{BindingKey, InstancePool};
 use registry::{Compiler, Loaded, PluginMap};
@@ -172,7 +173,7 @@ pub struct SignInput {
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Bytes,
     /// The endpoint's secrets, newest first. Host-side only: the plugin gets handles and asks
-    /// the host for HMACs (SPEC §11 says how a secret becomes key bytes).
+    /// the host for HMACs (docs/writing-a-plugin.md says how a secret becomes key bytes).
     pub secrets: Vec<Secret>,
 }
 
@@ -294,6 +295,7 @@ struct Inner {
     pool: InstancePool,
     /// Bumped after every rescan that changed the registry or rejected a file.
     changes: tokio::sync::watch::Sender<u64>,
+    metrics: Metrics,
     // Declared last: dropping it stops the ticker after everything compiled for it is gone.
     engine: limits::PluginEngine,
 }
@@ -305,11 +307,16 @@ impl PluginHost {
     /// and loads every `*.wasm` in `dir` now. A file that fails to load is logged and skipped;
     /// a missing `dir` is created. Blocks while it compiles (milliseconds per Rust plugin,
     /// seconds for a Python one on a cold cache): call it at startup or on a blocking task.
-    pub fn new(dir: PathBuf, cache_dir: PathBuf, limits: PluginLimits) -> anyhow::Result<PluginHost> {
+    pub fn new(
+        dir: PathBuf,
+        cache_dir: PathBuf,
+        limits: PluginLimits,
+        metrics: Metrics,
+    ) -> anyhow::Result<PluginHost> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the plugin folder {}: {e}", dir.display()))?;
         let engine = limits::PluginEngine::new(&limits)?;
-        let compiler = Compiler::new(&engine.engine, Some(&cache_dir))?;
+        let compiler = Compiler::new(&engine.engine, Some(&cache_dir), &metrics)?;
         let calls = tokio::sync::Semaphore::new(limits.max_concurrent_calls.max(1) as usize);
         let validations = tokio::sync::Semaphore::new(limits::VALIDATION_SLOTS as usize);
         let pool = InstancePool::new(limits.idle_instances);
@@ -324,6 +331,7 @@ impl PluginHost {
                 validations,
                 pool,
                 changes: tokio::sync::watch::channel(0).0,
+                metrics,
                 engine,
             }),
         };
@@ -360,7 +368,8 @@ impl PluginHost {
     }
 
     /// The world of plugin `name`, if loaded. Config validation uses it: binding a signer as a
-    /// transform is an error once the plugin exists (a missing one is not, SPEC §7).
+    /// transform is an error once the plugin exists (a missing one is not: it is reported as a
+    /// binding problem).
     pub fn world_of(&self, name: &str) -> Option<World> {
         self.lookup(name).map(|l| l.world)
     }
@@ -566,8 +575,11 @@ impl PluginHost {
             Ok(_) => "ok",
             Err(e) => e.failure.detail.as_str(),
         };
-        metrics::counter!("hookgate_plugin_calls_total", "plugin" => name, "outcome" => outcome).increment(1);
-        metrics::histogram!("hookgate_plugin_call_duration_seconds").record(started.elapsed().as_secs_f64());
+        self.inner.metrics.plugin_calls(&name, outcome).increment(1);
+        self.inner
+            .metrics
+            .plugin_call_duration()
+            .record(started.elapsed().as_secs_f64());
         result.map_err(|CallError { failure, .. }| failure)
     }
 }

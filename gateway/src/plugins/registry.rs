@@ -20,6 +20,7 @@ use super::World;
 use super::bindings;
 use super::host::CallState;
 use crate::model::{PluginBinding, Timestamp};
+use crate::telemetry::Metrics;
 
 /// One compiled, validated plugin version, ready to be instantiated.
 pub(crate) struct Loaded {
@@ -61,10 +62,12 @@ pub(crate) struct Compiler {
     pub(crate) cache_misses: AtomicU64,
     /// The next [`Loaded::load_id`].
     next_load_id: AtomicU64,
+    cache_hit_counter: metrics::Counter,
+    cache_miss_counter: metrics::Counter,
 }
 
 impl Compiler {
-    pub(crate) fn new(engine: &Engine, cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+    pub(crate) fn new(engine: &Engine, cache_dir: Option<&Path>, metrics: &Metrics) -> anyhow::Result<Self> {
         let mut linker = Linker::<CallState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::anyhow!("cannot link WASI: {e:?}"))?;
@@ -91,6 +94,8 @@ impl Compiler {
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
             next_load_id: AtomicU64::new(1),
+            cache_hit_counter: metrics.plugin_cache(true),
+            cache_miss_counter: metrics.plugin_cache(false),
         })
     }
 
@@ -172,7 +177,7 @@ impl Compiler {
             match loaded {
                 Ok(component) => {
                     self.cache_hits.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("hookgate_plugin_cache_hits_total").increment(1);
+                    self.cache_hit_counter.increment(1);
                     return Ok((component, true));
                 }
                 Err(e) => {
@@ -182,7 +187,7 @@ impl Compiler {
             }
         }
         self.cache_misses.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("hookgate_plugin_cache_misses_total").increment(1);
+        self.cache_miss_counter.increment(1);
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| anyhow::anyhow!("cannot be compiled for this gateway: {e:#}"))?;
         match component.serialize() {

@@ -115,7 +115,7 @@ impl PluginHost {
                             "plugin file rejected, the plugin is not loaded: {e:#}"
                         ),
                     }
-                    metrics::counter!("hookgate_plugin_reload_failures_total").increment(1);
+                    self.inner.metrics.plugin_reload_failures().increment(1);
                     self.remember_rejection(&name, sha256);
                     changed = true;
                 }

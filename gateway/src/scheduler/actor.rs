@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::health::{EndpointHealth, HealthInput};
 use crate::model::{DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
 use crate::store::{AttemptWrite, PendingDelivery, ReadyDelivery, StateChange, Store};
+use crate::telemetry::Metrics;
 
 /// A delivery waiting in memory. Deliveries ingested by this process keep their event (while
 /// the held events stay below [`KEEP_EVENT_BYTES_UP_TO`]), so their first attempt needs no
@@ -125,6 +126,8 @@ pub(super) struct Actor {
     pub(super) publisher: Option<Publisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     pub(super) runtime: tokio::runtime::Handle,
+    pub(super) metrics: Metrics,
+    lateness: metrics::Histogram,
 }
 
 impl Actor {
@@ -141,6 +144,7 @@ impl Actor {
             sender: deps.sender,
             plugins: deps.plugins,
         });
+        let lateness = deps.metrics.attempt_lateness();
         let actor = Actor {
             clock: deps.clock,
             store: deps.store,
@@ -163,6 +167,8 @@ impl Actor {
             health_reports,
             publisher: None,
             runtime: tokio::runtime::Handle::current(),
+            metrics: deps.metrics,
+            lateness,
         };
         let feeder = FeederChannels {
             changes: changes_rx,
@@ -311,7 +317,7 @@ impl Actor {
         let config = self.config.load();
         self.lanes
             .entry(endpoint.clone())
-            .or_insert_with(|| Lane::new(endpoint, &config, self.clock.clone()))
+            .or_insert_with(|| Lane::new(endpoint, &config, self.clock.clone(), &self.metrics))
     }
 
     /// Takes an item into the scheduler: into the heap at `at`, or, for an ordered endpoint
@@ -428,8 +434,7 @@ impl Actor {
                 let lane = self.lanes.get_mut(&name).expect("lane exists");
                 match lane.next_ready(now) {
                     lane::Next::Go(item) => {
-                        metrics::histogram!("hookgate_attempt_lateness_seconds")
-                            .record(now.since(item.due_at).as_secs_f64());
+                        self.lateness.record(now.since(item.due_at).as_secs_f64());
                         self.in_flight += 1;
                         self.start(item, &config);
                     }

@@ -24,6 +24,7 @@ pub(super) async fn feed_store(
     store: Arc<dyn Store>,
     mut rx: mpsc::UnboundedReceiver<StateChange>,
     reports: mpsc::UnboundedSender<HealthReport>,
+    write_failures: metrics::Counter,
 ) {
     const FIRST_RETRY: Duration = Duration::from_millis(50);
     const MAX_RETRY: Duration = Duration::from_secs(2);
@@ -59,7 +60,7 @@ pub(super) async fn feed_store(
                     tracing::error!(error = %e, count, "could not record delivery outcomes; keeping them until the store takes writes again");
                     failing_since = Some(std::time::Instant::now());
                 }
-                metrics::counter!("hookgate_store_write_failures_total").increment(1);
+                write_failures.increment(1);
                 // The batch goes again first; collect what arrives meanwhile, in order, until
                 // it is time to try again.
                 pending = batch.to_vec();
@@ -79,7 +80,7 @@ pub(super) async fn feed_store(
             Err(e) => {
                 // The deliveries stay pending on disk and are attempted again after a restart.
                 tracing::error!(error = %e, count, "could not record delivery outcomes; dropping them");
-                metrics::counter!("hookgate_store_write_failures_total").increment(1);
+                write_failures.increment(1);
                 let report = batch
                     .iter()
                     .filter_map(|change| match change {

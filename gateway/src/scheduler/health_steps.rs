@@ -183,7 +183,7 @@ impl Actor {
                 self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
                 // Keep an epoch past the old one so heap entries of the removed lane stay stale
                 // if an endpoint of the same name comes back.
-                let mut fresh = Lane::new(&name, &config, self.clock.clone());
+                let mut fresh = Lane::new(&name, &config, self.clock.clone(), &self.metrics);
                 fresh.epoch = lane.epoch;
                 if lane.in_flight > 0 {
                     fresh.in_flight = lane.in_flight;

@@ -8,8 +8,8 @@ use crate::model::Event;
 /// Bytes of events held in memory by waiting deliveries up to which a new or retried delivery
 /// keeps its event. Past it, an item keeps only its id and reads its event back when due, as
 /// after a restart: a backlog of a million then costs about 100 bytes per delivery instead of
-/// the whole event (RSS with 1 000 000 pending fell from 528 MiB to 167 MiB in
-/// `hookgate-bench`), while a gateway that keeps up never reads an event back. Events, not
+/// the whole event (BENCHMARKS.md, "Fixes made": a third of the RSS with 1 000 000
+/// pending), while a gateway that keeps up never reads an event back. Events, not
 /// deliveries, are counted: the deliveries of a fan-out share one event, and counting each of
 /// them made a burst of fan-out deliveries re-read the same event once per endpoint.
 const KEEP_EVENT_BYTES_UP_TO: u64 = 32 * 1024 * 1024;

@@ -15,6 +15,7 @@ use super::meters::EndpointMetrics;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::model::Timestamp;
+use crate::telemetry::Metrics;
 
 /// governor's view of the gateway clock, so throttling follows simulated time in tests and
 /// under `--time-scale`.
@@ -51,7 +52,7 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    pub(super) fn new(name: &str, config: &Config, clock: Arc<dyn Clock>) -> Lane {
+    pub(super) fn new(name: &str, config: &Config, clock: Arc<dyn Clock>, metrics: &Metrics) -> Lane {
         let mut lane = Lane {
             epoch: 0,
             in_flight: 0,
@@ -61,7 +62,7 @@ impl Lane {
             limiter: None,
             ordered: false,
             busy_keys: HashMap::new(),
-            metrics: EndpointMetrics::new(name),
+            metrics: EndpointMetrics::new(name, metrics),
         };
         lane.reconfigure(name, config, clock);
         lane
@@ -218,7 +219,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], max_per_second: 2, max_in_flight: 100}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()));
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
         for i in 0..10 {
             lane.waiting.push_back(item(i, None));
         }
@@ -247,7 +248,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], max_per_second: 1}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()));
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
         lane.waiting.push_back(item(1, None));
         lane.waiting.push_back(item(2, None));
         assert!(matches!(lane.next_ready(clock.now()), Next::Go(_)));
@@ -264,7 +265,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], max_in_flight: 2}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()));
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
         for i in 0..3 {
             lane.waiting.push_back(item(i, None));
         }
@@ -281,7 +282,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], ordered: true}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock));
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock), &Metrics::new());
         assert!(lane.hold_if_key_busy(item(1, Some("a"))).is_some());
         assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_none());
         assert!(lane.hold_if_key_busy(item(3, Some("b"))).is_some());
@@ -301,7 +302,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], ordered: true}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock));
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock), &Metrics::new());
         lane.waiting.push_back(item(1, None));
         assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_some());
         assert!(lane.hold_if_key_busy(item(3, Some("a"))).is_none());

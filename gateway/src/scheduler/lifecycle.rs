@@ -202,6 +202,8 @@ mod tests {
         Failure,
     }
 
+    /// Long on purpose: it is the table of every case, one row each, which reads better whole
+    /// than split.
     #[test]
     fn every_attempt_result_maps_to_health_status_next_time_and_error() {
         use DeliveryStatus::{Dead, Failed, Pending, Succeeded};

@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram};
 
+use crate::telemetry::Metrics;
+
 pub(super) struct EndpointMetrics {
     endpoint: Arc<str>,
+    registry: Metrics,
     /// By outcome (`delivered` or an error kind); at most a dozen, so a list is enough.
     attempts: Vec<(&'static str, Counter)>,
     /// By final status.
@@ -17,28 +20,29 @@ pub(super) struct EndpointMetrics {
 }
 
 impl EndpointMetrics {
-    pub(super) fn new(endpoint: &str) -> Self {
+    pub(super) fn new(endpoint: &str, registry: &Metrics) -> Self {
         EndpointMetrics {
             endpoint: Arc::from(endpoint),
+            registry: registry.clone(),
             attempts: Vec::new(),
             deliveries: Vec::new(),
-            duration: metrics::histogram!("hookgate_attempt_duration_seconds", "endpoint" => endpoint.to_string()),
+            duration: registry.attempt_duration(endpoint),
         }
     }
 
     pub(super) fn attempt(&mut self, outcome: &'static str, took: Duration) {
-        let endpoint = &self.endpoint;
+        let (endpoint, registry) = (&self.endpoint, &self.registry);
         counter(&mut self.attempts, outcome, || {
-            metrics::counter!("hookgate_attempts_total", "endpoint" => endpoint.to_string(), "outcome" => outcome)
+            registry.attempts(endpoint, outcome)
         })
         .increment(1);
         self.duration.record(took.as_secs_f64());
     }
 
     pub(super) fn delivery(&mut self, status: &'static str) {
-        let endpoint = &self.endpoint;
+        let (endpoint, registry) = (&self.endpoint, &self.registry);
         counter(&mut self.deliveries, status, || {
-            metrics::counter!("hookgate_deliveries_total", "endpoint" => endpoint.to_string(), "status" => status)
+            registry.deliveries(endpoint, status)
         })
         .increment(1);
     }

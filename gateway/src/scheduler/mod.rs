@@ -51,6 +51,7 @@ pub struct SchedulerDeps {
     pub config: Arc<ArcSwap<Config>>,
     pub sender: crate::delivery::Sender,
     pub plugins: crate::plugins::PluginHost,
+    pub metrics: crate::telemetry::Metrics,
 }
 
 /// Builds the scheduler: loads health and pending deliveries from the store. Returns the
@@ -96,6 +97,7 @@ impl Scheduler {
             actor.store.clone(),
             feeder.changes,
             feeder.reports,
+            actor.metrics.store_write_failures(),
         ));
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

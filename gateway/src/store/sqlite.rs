@@ -13,6 +13,7 @@ use super::writer::{self, Job, JobResult, WriterHandle};
 use super::*;
 use crate::health::EndpointHealth;
 use crate::model::EndpointState;
+use crate::telemetry::Metrics;
 
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
@@ -25,6 +26,8 @@ pub struct SqliteOptions {
     /// The largest the database file may grow (`storage.max_size`), applied as
     /// `PRAGMA max_page_count`: a cap reached behaves like a full disk.
     pub max_size_bytes: Option<u64>,
+    /// Where the writer records its batch sizes and commit times.
+    pub metrics: Metrics,
 }
 
 impl SqliteOptions {
@@ -35,6 +38,7 @@ impl SqliteOptions {
             max_batch: 2048,
             read_connections: 4,
             max_size_bytes: None,
+            metrics: Metrics::new(),
         }
     }
 }
@@ -93,7 +97,7 @@ impl SqliteStore {
         if let Some(max_bytes) = options.max_size_bytes {
             apply_size_limit(&conn, Some(max_bytes), uncapped_pages)?;
         }
-        let writer = writer::spawn(conn, options.write_queue, options.max_batch);
+        let writer = writer::spawn(conn, options.write_queue, options.max_batch, &options.metrics);
         Ok(SqliteStore {
             writer,
             readers: Arc::new(ReadPool {

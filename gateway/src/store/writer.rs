@@ -10,10 +10,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use metrics::Histogram;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::StoreError;
+use crate::telemetry::Metrics;
 
 /// Called after the commit with its result.
 pub(super) type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
@@ -72,11 +74,20 @@ impl WriterHandle {
     }
 }
 
-pub(super) fn spawn(conn: Connection, queue_capacity: usize, max_batch: usize) -> WriterHandle {
+pub(super) fn spawn(
+    conn: Connection,
+    queue_capacity: usize,
+    max_batch: usize,
+    metrics: &Metrics,
+) -> WriterHandle {
+    let meters = WriterMeters {
+        batch_size: metrics.writer_batch_size(),
+        commit: metrics.writer_commit(),
+    };
     let (tx, rx) = mpsc::channel(queue_capacity);
     let thread = std::thread::Builder::new()
         .name("hookgate-writer".into())
-        .spawn(move || run(conn, rx, max_batch))
+        .spawn(move || run(conn, rx, max_batch, &meters))
         .expect("spawning the writer thread");
     WriterHandle {
         tx,
@@ -84,7 +95,13 @@ pub(super) fn spawn(conn: Connection, queue_capacity: usize, max_batch: usize) -
     }
 }
 
-fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
+/// The writer's two histograms, registered once.
+struct WriterMeters {
+    batch_size: Histogram,
+    commit: Histogram,
+}
+
+fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize, meters: &WriterMeters) {
     let mut jobs: VecDeque<Job> = VecDeque::with_capacity(max_batch);
     let mut close: Option<oneshot::Sender<()>> = None;
     // Jobs left over by a group that SQLite rolled back are committed before anything else,
@@ -105,7 +122,7 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
             }
         }
         if !jobs.is_empty() {
-            commit_group(&mut conn, &mut jobs);
+            commit_group(&mut conn, &mut jobs, meters);
         }
     }
     // Closing: the database is flushed (every group was committed), checkpoint the WAL so a
@@ -124,7 +141,7 @@ fn run(mut conn: Connection, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
 /// and are answered with the error, and the jobs not yet run stay in `jobs` for a fresh
 /// transaction. Running them on would execute them outside any transaction — each savepoint
 /// would commit by itself, and its waiter would be told "failed" about data that is on disk.
-fn commit_group(conn: &mut Connection, jobs: &mut VecDeque<Job>) {
+fn commit_group(conn: &mut Connection, jobs: &mut VecDeque<Job>, meters: &WriterMeters) {
     let started = Instant::now();
     let mut completions: Vec<Completion> = Vec::with_capacity(jobs.len());
     let mut rolled_back = false;
@@ -158,8 +175,8 @@ fn commit_group(conn: &mut Connection, jobs: &mut VecDeque<Job>) {
     if let Err(e) = &result {
         tracing::error!(error = %e, group_size, "commit failed; the group's writes were not kept");
     }
-    metrics::histogram!("hookgate_writer_batch_size").record(group_size as f64);
-    metrics::histogram!("hookgate_writer_commit_seconds").record(started.elapsed().as_secs_f64());
+    meters.batch_size.record(group_size as f64);
+    meters.commit.record(started.elapsed().as_secs_f64());
     for completion in completions {
         completion(result.clone());
     }
@@ -209,7 +226,7 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v TEXT NOT NULL);")
             .unwrap();
-        let writer = spawn(conn, 16, 16);
+        let writer = spawn(conn, 16, 16, &Metrics::new());
 
         // Hold the writer so that the next jobs form one group.
         let (started_tx, started_rx) = std_mpsc::channel();

@@ -21,6 +21,7 @@ mod health;
 mod idempotency;
 mod ingest;
 mod late_rounds;
+mod metrics;
 mod ops;
 mod ops_cli;
 mod ordering;

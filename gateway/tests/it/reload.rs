@@ -134,11 +134,15 @@ async fn an_invalid_file_is_refused_and_the_old_config_keeps_serving() {
             format!("{}{text}", crate::support::base_yaml(gw.dir.path())),
         )
         .unwrap();
-        gw.reloader().reload_from_file();
+        let outcome = gw.reloader().reload_from_file();
+        let hookgate::ReloadOutcome::Refused { problems } = outcome else {
+            panic!("{what}: {outcome:?}");
+        };
         let (_, status) = gw.get("/v1/status").await;
         assert_eq!(status["last_reload"]["ok"], false, "{what}");
         let errors = status["last_reload"]["errors"].as_array().unwrap();
         assert!(!errors.is_empty(), "{what}");
+        assert_eq!(errors.len(), problems.len(), "{what}");
         let line = errors[0].as_str().unwrap();
         assert!(line.contains("hookgate.yaml:"), "{what}: {line}");
         // Still serving the old config.
@@ -207,7 +211,22 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
         )
         .replace("delivery:\n", "delivery:\n  max_in_flight: 77\n");
     std::fs::write(gw.config_path(), text).unwrap();
-    gw.reloader().reload_from_file();
+    let outcome = gw.reloader().reload_from_file();
+    assert_eq!(
+        outcome,
+        hookgate::ReloadOutcome::Applied {
+            added: 0,
+            removed: 0,
+            changed: 0,
+            needs_restart: vec![
+                "server.header_timeout",
+                "server.shutdown_grace",
+                "plugins.call_timeout",
+                "plugins.memory",
+                "plugins.max_output",
+            ],
+        }
+    );
     let (_, status) = gw.get("/v1/status").await;
     assert_eq!(status["last_reload"]["ok"], true, "{status}");
 

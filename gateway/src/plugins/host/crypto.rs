@@ -14,8 +14,8 @@ use crate::plugins::bindings::crypto::{HashAlgorithm, Host, HostSigningKey};
 /// the call's resource table; the cap keeps a looping guest from growing host memory.
 const ROTATING_KEYS_CALLS_MAX: u32 = 8;
 
-/// An endpoint's signing key, derived from its secret (SPEC §11 "Plugins"): the secret's UTF-8
-/// bytes, except a `whsec_` secret, whose key is the base64-decoded rest.
+/// An endpoint's signing key, derived from its secret (docs/writing-a-plugin.md): the secret's
+/// UTF-8 bytes, except a `whsec_` secret, whose key is the base64-decoded rest.
 #[derive(Clone)]
 pub struct SigningKey {
     bytes: Vec<u8>,

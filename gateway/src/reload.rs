@@ -1,0 +1,262 @@
+//! Config reloads: from the file watcher, SIGHUP or a test, to a [`ReloadOutcome`] that is
+//! logged, counted and shown in `GET /v1/status`; and the review of plugin bindings that follows
+//! every reload and every change of the plugin folder.
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{ReloadStatus, RuntimeStatus};
+use crate::clock::Clock;
+use crate::config::{self, Config};
+use crate::delivery::Sender;
+use crate::plugins::{PluginHost, World};
+use crate::scheduler::SchedulerHandle;
+use crate::store::Store;
+use crate::telemetry::Metrics;
+
+/// Applies config reloads (from the file watcher, SIGHUP or a test) and records how they went.
+#[derive(Clone)]
+pub struct Reloader {
+    pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) plugins: PluginHost,
+    pub(crate) scheduler: SchedulerHandle,
+    pub(crate) sender: Sender,
+    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) metrics: Metrics,
+    /// Owns the store jobs a reload starts; shutdown waits for them before closing the store.
+    pub(crate) tasks: TaskTracker,
+}
+
+/// How one reload went. Every reload ends in exactly one of these, and [`Reloader::record`] is
+/// the one place that tells the operator (log, `hookgate_config_reloads_total`,
+/// `GET /v1/status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// The new config runs. `needs_restart` names the settings it wanted to change that are
+    /// read only at start: they keep their running value.
+    Applied {
+        added: usize,
+        removed: usize,
+        changed: usize,
+        needs_restart: Vec<&'static str>,
+    },
+    /// The file has problems; the running config keeps serving.
+    Refused { problems: Vec<String> },
+    /// The gateway runs on the embedded default: there is no file to read again.
+    NoFile,
+}
+
+impl Reloader {
+    /// Reads the config file again: applies it if valid, else keeps the running config.
+    pub fn reload_from_file(&self) -> ReloadOutcome {
+        let outcome = match self.config.load().source.clone() {
+            None => ReloadOutcome::NoFile,
+            Some(path) => match config::load_file(&path) {
+                Ok(new) => return self.apply(new),
+                Err(e) => ReloadOutcome::Refused {
+                    problems: e.problems.iter().map(ToString::to_string).collect(),
+                },
+            },
+        };
+        self.record(&outcome);
+        outcome
+    }
+
+    /// Applies a validated config. Endpoints and policies added, changed or removed take effect
+    /// at the next planning step of each delivery; the settings read only at start keep their
+    /// running value (see [`keep_restart_only_settings`]).
+    pub fn apply(&self, mut new: Config) -> ReloadOutcome {
+        let old = self.config.load_full();
+        let needs_restart = keep_restart_only_settings(&mut new, &old);
+        if new.storage.max_size_bytes != old.storage.max_size_bytes {
+            // Through the writer, between two commits: raising the cap is how a full store
+            // gets room again, without a restart.
+            let (store, max_bytes) = (self.store.clone(), new.storage.max_size_bytes);
+            self.tasks.spawn(async move {
+                if let Err(e) = store.set_size_limit(max_bytes).await {
+                    tracing::error!(error = %e, "could not apply storage.max_size");
+                }
+            });
+        }
+        let (added, removed, changed) = endpoint_changes(&old, &new);
+        self.sender
+            .set_allow_networks(new.delivery.allow_networks.clone());
+        self.config.store(Arc::new(new));
+        self.scheduler.reconfigured();
+        let outcome = ReloadOutcome::Applied {
+            added,
+            removed,
+            changed,
+            needs_restart,
+        };
+        self.record(&outcome);
+        self.review_bindings(Announce::All);
+        outcome
+    }
+
+    /// Tells the operator how a reload went.
+    fn record(&self, outcome: &ReloadOutcome) {
+        let (result, ok, errors) = match outcome {
+            ReloadOutcome::NoFile => {
+                tracing::warn!("no config file to reload: the gateway runs on the embedded default");
+                return;
+            }
+            ReloadOutcome::Refused { problems } => {
+                for line in problems {
+                    tracing::error!("config reload refused: {line}");
+                }
+                ("refused", false, problems.clone())
+            }
+            ReloadOutcome::Applied {
+                added,
+                removed,
+                changed,
+                needs_restart,
+            } => {
+                for key in needs_restart {
+                    tracing::warn!(
+                        key,
+                        "this setting changes only with a restart; keeping the running value"
+                    );
+                }
+                tracing::info!(added, removed, changed, "config reloaded");
+                ("applied", true, Vec::new())
+            }
+        };
+        self.metrics.config_reloads(result).increment(1);
+        self.status.lock().expect("status lock").last_reload = Some(ReloadStatus {
+            at: self.clock.now(),
+            ok,
+            errors,
+        });
+    }
+}
+
+/// How many endpoints a reload adds, removes and changes.
+fn endpoint_changes(old: &Config, new: &Config) -> (usize, usize, usize) {
+    let added = new
+        .endpoints
+        .keys()
+        .filter(|k| !old.endpoints.contains_key(*k))
+        .count();
+    let removed = old
+        .endpoints
+        .keys()
+        .filter(|k| !new.endpoints.contains_key(*k))
+        .count();
+    let changed = new
+        .endpoints
+        .iter()
+        .filter(|(k, v)| old.endpoints.get(*k).is_some_and(|o| o.as_ref() != v.as_ref()))
+        .count();
+    (added, removed, changed)
+}
+
+/// Puts back into `new` the running value of every setting that is read only at start, and
+/// names those that the new config wanted to change. This list is the one place that says
+/// which settings need a restart (the README's "Live reload" repeats it for users).
+fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static str> {
+    fn keep<T: PartialEq + Clone>(new: &mut T, old: &T) -> bool {
+        let differs = new != old;
+        if differs {
+            *new = old.clone();
+        }
+        differs
+    }
+    [
+        ("server.listen", keep(&mut new.server.listen, &old.server.listen)),
+        (
+            "server.header_timeout",
+            keep(&mut new.server.header_timeout, &old.server.header_timeout),
+        ),
+        (
+            "server.body_timeout",
+            keep(&mut new.server.body_timeout, &old.server.body_timeout),
+        ),
+        (
+            "server.shutdown_grace",
+            keep(&mut new.server.shutdown_grace, &old.server.shutdown_grace),
+        ),
+        ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
+        (
+            "delivery.ca_certs",
+            keep(&mut new.delivery.extra_roots, &old.delivery.extra_roots),
+        ),
+        ("plugins.dir", keep(&mut new.plugins.dir, &old.plugins.dir)),
+        (
+            "plugins.cache_dir",
+            keep(&mut new.plugins.cache_dir, &old.plugins.cache_dir),
+        ),
+        (
+            "plugins.call_timeout",
+            keep(&mut new.plugins.call_timeout, &old.plugins.call_timeout),
+        ),
+        (
+            "plugins.memory",
+            keep(&mut new.plugins.memory_bytes, &old.plugins.memory_bytes),
+        ),
+        (
+            "plugins.max_output",
+            keep(&mut new.plugins.max_output_bytes, &old.plugins.max_output_bytes),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
+}
+
+/// Which binding problems [`Reloader::review_bindings`] logs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// Every current problem: at start and after a config reload, where the operator looks.
+    All,
+    /// Only what changed: after the plugin folder changed.
+    Changes,
+}
+
+impl Reloader {
+    /// Finds the plugin bindings that cannot work now (plugin missing or of another kind),
+    /// records them for `GET /v1/status`, the endpoints' `problems` and the
+    /// `hookgate_plugin_binding_problems` gauge, and logs them.
+    pub(crate) fn review_bindings(&self, announce: Announce) {
+        let found = self
+            .config
+            .load()
+            .plugin_binding_problems(|name| self.plugins.world_of(name).map(World::as_str));
+        let mut status = self.status.lock().expect("status lock");
+        let before = std::mem::replace(&mut status.binding_problems, found.clone());
+        drop(status);
+        for gone in before.iter().filter(|p| !found.contains(p)) {
+            self.metrics.binding_problem(gone).set(0.0);
+            tracing::info!("resolved: {gone}");
+        }
+        for problem in &found {
+            self.metrics.binding_problem(problem).set(1.0);
+            if announce == Announce::All || !before.contains(problem) {
+                tracing::warn!("{problem}; its attempts fail with plugin_error until it is");
+            }
+        }
+    }
+}
+
+/// Reviews the plugin bindings whenever the plugin folder changes: a plugin that appears
+/// resolves a problem, one that is deleted or replaced by another kind makes one.
+pub(crate) async fn review_bindings_on_plugin_changes(reloader: Reloader, shutdown: CancellationToken) {
+    let mut changes = reloader.plugins.changes();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                reloader.review_bindings(Announce::Changes);
+            }
+        }
+    }
+}
