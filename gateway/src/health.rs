@@ -1,5 +1,5 @@
-//! The endpoint health machine (SPEC §5): a pure function from (health, input, now) to the
-//! next health plus what the caller must do about it.
+//! The endpoint health machine (README "Endpoint health"): a pure function from (health, input,
+//! now) to the next health plus what the caller must do about it.
 //!
 //! An endpoint is never switched off after one failed delivery. It slides down step by step as
 //! failures pile up and time passes without a success, so that a receiver having a bad afternoon
@@ -54,7 +54,8 @@ const REASON_GONE: &str = "410 Gone from the endpoint";
 const REASON_REENABLED: &str = "re-enabled by operator";
 const REASON_SUCCEEDED: &str = "delivery succeeded";
 
-/// The limits of the health machine. Defaults are SPEC §5's; the YAML may override them.
+/// The limits of the health machine. Defaults are the README's ("Endpoint health"); the YAML may
+/// override them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HealthRules {
     /// Failed attempts in a row that move an active endpoint to degraded.
@@ -208,7 +209,7 @@ impl Step {
 
 /// The health machine: `(rules, health, input, now) -> (health, transitions, effects)`.
 ///
-/// The rule (SPEC §5, numbers from [`HealthRules::default`]):
+/// The rule (README "Endpoint health", numbers from [`HealthRules::default`]):
 ///
 /// 1. **Counting.** Attempts count across all the endpoint's deliveries, in completion order,
 ///    whatever the state, including results of attempts that were in flight when the endpoint
@@ -601,25 +602,71 @@ mod tests {
         assert!(s.transitions.is_empty() && s.effects.is_empty());
     }
 
+    /// One step from a loaded state: (state, failures in a row, failing since [days], input,
+    /// at [days]) → (state, failures in a row, transitions, effects). The cases with more to
+    /// say (reasons, counters, deadlines) have tests of their own below.
+    type Moves = Vec<(EndpointState, EndpointState)>;
+    /// (state, failures, failing since, input, at) → (state, failures, transitions, effects).
+    type Case = (
+        EndpointState,
+        u32,
+        f64,
+        HealthInput,
+        f64,
+        EndpointState,
+        u32,
+        Moves,
+        Vec<Effect>,
+    );
+
     #[test]
-    fn degraded_with_twenty_failures_is_not_paused_at_2_9_days() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 20, Some(0.0)),
-            HealthInput::Tick,
-            at_days(2.9),
-        );
-        assert_eq!(s.health.state, Degraded);
-        assert!(s.transitions.is_empty());
-        // One millisecond before the three days: still degraded.
-        let just_before = at_days(3.0).minus(Duration::from_millis(1));
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 20, Some(0.0)),
-            HealthInput::Tick,
-            just_before,
-        );
-        assert_eq!(s.health.state, Degraded);
+    fn one_step_from_a_loaded_state() {
+        let ms = |days: f64| days - 1.0 / DAY_MS as f64;
+        let paused = Effect::Publish {
+            event_type: EVENT_PAUSED,
+        };
+        let disabled = Effect::Publish {
+            event_type: EVENT_DISABLED,
+        };
+        #[rustfmt::skip]
+        let cases: Vec<Case> = vec![
+            // Pausing needs both: 3 days without success and 20 failures in a row.
+            (Degraded, 20, 0.0, HealthInput::Tick, 2.9, Degraded, 20, vec![], vec![]),
+            (Degraded, 20, 0.0, HealthInput::Tick, ms(3.0), Degraded, 20, vec![], vec![]),
+            (Degraded, 19, 0.0, HealthInput::Tick, 4.0, Degraded, 19, vec![], vec![]),
+            (Degraded, 6, 0.0, HealthInput::Tick, 30.0, Degraded, 6, vec![], vec![]),
+            (Degraded, 19, 0.0, FAIL, 3.5, Paused, 20, vec![(Degraded, Paused)], vec![Effect::StopDeliveries, paused]),
+            // Disabling needs 7 days without success.
+            (Paused, 25, 0.0, HealthInput::Tick, 6.9, Paused, 25, vec![], vec![]),
+            (Paused, 25, 0.0, HealthInput::Tick, ms(7.0), Paused, 25, vec![], vec![]),
+            (Paused, 21, 0.0, FAIL, 3.5, Paused, 22, vec![], vec![]),
+            // 410 Gone disables at once, whatever the count.
+            (Active, 4, 0.0, GONE, 0.1, Disabled, 5, vec![(Active, Disabled)], vec![Effect::StopDeliveries, disabled]),
+            (Disabled, 3, 0.0, GONE, 1.0, Disabled, 4, vec![], vec![]),
+            // A success counts but never revives a paused or disabled endpoint by itself.
+            (Disabled, 30, 0.0, OK, 9.0, Disabled, 0, vec![], vec![]),
+        ];
+        for (i, (state, failures, since, input, at, want_state, want_failures, want_moves, want_effects)) in
+            cases.into_iter().enumerate()
+        {
+            let s = step(
+                &HealthRules::default(),
+                &health(state, failures, Some(since)),
+                input,
+                at_days(at),
+            );
+            let got = (
+                s.health.state,
+                s.health.consecutive_failures,
+                states(&s),
+                s.effects.clone(),
+            );
+            assert_eq!(
+                got,
+                (want_state, want_failures, want_moves, want_effects),
+                "case {i}: {state:?} with {failures} failures, {input:?} at {at} days"
+            );
+        }
     }
 
     #[test]
@@ -653,32 +700,6 @@ mod tests {
         // The tick changes no counters.
         assert_eq!(s.health.consecutive_failures, 20);
         assert_eq!(s.health.failing_since, Some(at_days(0.0)));
-    }
-
-    #[test]
-    fn nineteen_failures_do_not_pause_even_after_3_days() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 19, Some(0.0)),
-            HealthInput::Tick,
-            at_days(4.0),
-        );
-        assert_eq!(s.health.state, Degraded);
-        assert!(s.transitions.is_empty());
-    }
-
-    #[test]
-    fn the_twentieth_failure_after_3_days_pauses_at_once() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 19, Some(0.0)),
-            FAIL,
-            at_days(3.5),
-        );
-        assert_eq!(s.health.state, Paused);
-        assert_eq!(s.health.consecutive_failures, 20);
-        assert_eq!(states(&s), vec![(Degraded, Paused)]);
-        assert_eq!(s.transitions[0].at, at_days(3.5));
     }
 
     #[test]
@@ -718,26 +739,6 @@ mod tests {
                 (Paused, Disabled, at_ms(168 * HOUR_MS)),
             ]
         );
-    }
-
-    #[test]
-    fn paused_is_not_disabled_at_6_9_days() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Paused, 25, Some(0.0)),
-            HealthInput::Tick,
-            at_days(6.9),
-        );
-        assert_eq!(s.health.state, Paused);
-        assert!(s.transitions.is_empty());
-        let just_before = at_days(7.0).minus(Duration::from_millis(1));
-        let s = step(
-            &HealthRules::default(),
-            &health(Paused, 25, Some(0.0)),
-            HealthInput::Tick,
-            just_before,
-        );
-        assert_eq!(s.health.state, Paused);
     }
 
     #[test]
@@ -802,18 +803,6 @@ mod tests {
     }
 
     #[test]
-    fn degraded_with_few_failures_stays_degraded_however_long_it_waits() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 6, Some(0.0)),
-            HealthInput::Tick,
-            at_days(30.0),
-        );
-        assert_eq!(s.health.state, Degraded);
-        assert!(s.transitions.is_empty());
-    }
-
-    #[test]
     fn a_410_disables_an_active_endpoint_at_once() {
         let s = step(
             &HealthRules::default(),
@@ -842,17 +831,6 @@ mod tests {
                 }
             ]
         );
-    }
-
-    #[test]
-    fn a_410_that_is_also_the_fifth_failure_goes_straight_to_disabled() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Active, 4, Some(0.0)),
-            GONE,
-            at_ms(1000),
-        );
-        assert_eq!(states(&s), vec![(Active, Disabled)]);
     }
 
     #[test]
@@ -898,19 +876,6 @@ mod tests {
     }
 
     #[test]
-    fn a_410_while_disabled_is_counted_but_changes_no_state() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Disabled, 3, Some(0.0)),
-            GONE,
-            at_days(1.0),
-        );
-        assert_eq!(s.health.state, Disabled);
-        assert_eq!(s.health.consecutive_failures, 4);
-        assert!(s.transitions.is_empty() && s.effects.is_empty());
-    }
-
-    #[test]
     fn a_success_while_paused_is_counted_but_keeps_the_endpoint_paused() {
         let rules = HealthRules::default();
         let s = step(&rules, &health(Paused, 21, Some(0.0)), OK, at_days(4.0));
@@ -935,34 +900,6 @@ mod tests {
         assert_eq!(next_deadline(&rules, &failed.health), Some(at_days(12.0)));
         let s = step(&rules, &failed.health, HealthInput::Tick, at_days(12.0));
         assert_eq!(states(&s), vec![(Paused, Disabled)]);
-    }
-
-    #[test]
-    fn a_success_while_disabled_keeps_the_endpoint_disabled() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Disabled, 30, Some(0.0)),
-            OK,
-            at_days(9.0),
-        );
-        assert_eq!(s.health.state, Disabled);
-        assert_eq!(s.health.consecutive_failures, 0);
-        assert_eq!(s.health.last_success_at, Some(at_days(9.0)));
-        assert!(s.transitions.is_empty() && s.effects.is_empty());
-    }
-
-    #[test]
-    fn failures_while_paused_are_counted() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Paused, 21, Some(0.0)),
-            FAIL,
-            at_days(3.5),
-        );
-        assert_eq!(s.health.state, Paused);
-        assert_eq!(s.health.consecutive_failures, 22);
-        assert_eq!(s.health.failing_since, Some(at_days(0.0)));
-        assert!(s.transitions.is_empty());
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl Serialize for DeliveryId {
     }
 }
 
-/// A delivery's place in its life. The names are part of the API contract (SPEC §11).
+/// A delivery's place in its life. The names are part of the API contract (README "HTTP API").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryStatus {
@@ -328,7 +328,7 @@ impl Attempt {
     }
 }
 
-/// An endpoint's health state (SPEC §5). Names are API contract.
+/// An endpoint's health state (README "Endpoint health"). Names are API contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum EndpointState {
@@ -386,7 +386,7 @@ pub struct PluginBinding {
 }
 
 impl PluginBinding {
-    /// Plugin names compare with `-` and `_` counting as the same (SPEC §11).
+    /// Plugin names compare with `-` and `_` counting as the same (README "Plugins").
     pub fn normalize_name(name: &str) -> String {
         name.trim_end_matches(".wasm").replace('_', "-")
     }

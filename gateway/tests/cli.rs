@@ -1,11 +1,12 @@
-//! The real `hookgate` binary's policy commands (SPEC §11, issue 3): `config check` reports
+//! The real `hookgate` binary's policy commands (README "Command line"): `config check` reports
 //! every invalid SNS attribute as `file:line: path: reason`, and `policy preview` prints the
 //! planned attempts and draws them as SVG.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The seed's example policy (SPEC §4.2), once as YAML and once pasted as JSON.
+/// The seed's example policy (docs/policies.md, "SNS delivery policies"), once as YAML and once
+/// pasted as JSON.
 const SEED_POLICIES: &str = r#"policies:
   seed:
     sns:

@@ -1,5 +1,5 @@
 //! Endpoints: their health and history, and the recovery calls (test, re-enable, replay,
-//! redrive). SPEC §5, §6.
+//! redrive); README "Endpoint health" and "Recovering missed events".
 
 use axum::Json;
 use axum::extract::{Path, Request, State};

@@ -1,4 +1,5 @@
-//! `Idempotency-Key` handling shared by ingestion and replay (SPEC §2, §6).
+//! `Idempotency-Key` handling shared by ingestion and replay (README "HTTP API", "Recovering missed
+//! events").
 //!
 //! Same key and same request → the first answer again, nothing new written (the answer is
 //! stored in the same commit as what the request wrote). Same key, different request → 422.

@@ -1,5 +1,5 @@
 //! `GET /v1/policies`, `GET /v1/policies/{name}/preview`: what a policy will do, before anyone
-//! trusts it (SPEC §4.3).
+//! trusts it (README "Retry policies").
 
 use axum::Json;
 use axum::extract::{Path, State};

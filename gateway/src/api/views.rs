@@ -1,4 +1,4 @@
-//! The JSON shapes of the API (SPEC §11). Times are RFC 3339 UTC strings.
+//! The JSON shapes of the API (README "HTTP API"). Times are RFC 3339 UTC strings.
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
-//! The `hookgate` command line (SPEC §11): `serve`, `config check|schema`, `policy preview`,
-//! `plugin check`, and the operator commands that talk to a running gateway's API.
+//! The `hookgate` command line (README "Command line"): `serve`, `config check|schema`, `policy
+//! preview`, `plugin check`, and the operator commands that talk to a running gateway's API.
 
 mod ops;
 

@@ -200,7 +200,7 @@ impl Sender {
     /// The timeout covers connect, TLS, sending, the response head and reading the body, in
     /// real time. Once a response head is in, the status decides the outcome even if the
     /// body is still trickling when time runs out: a receiver that answered 2xx in time has
-    /// the event (SPEC §3), and the unread rest only costs the connection.
+    /// the event (README "How delivery works"), and the unread rest only costs the connection.
     ///
     /// `now` (the gateway clock, maybe simulated) is only used to turn `Retry-After` into an
     /// absolute time.
@@ -306,7 +306,7 @@ fn failed(kind: ErrorKind, status: Option<u16>, retry_after: Option<Timestamp>, 
 }
 
 /// The status decides: 2xx delivered, 3xx a redirect (never followed), anything else an HTTP
-/// failure; `Retry-After` counts only on 429 and 5xx (SPEC §3).
+/// failure; `Retry-After` counts only on 429 and 5xx (README "How delivery works").
 fn outcome_of_response(status: StatusCode, headers: &HeaderMap, excerpt: &[u8], now: Timestamp) -> Outcome {
     let code = status.as_u16();
     if status.is_success() {

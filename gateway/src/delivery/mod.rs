@@ -1,4 +1,4 @@
-//! Outgoing HTTP: one attempt of one delivery (SPEC §3).
+//! Outgoing HTTP: one attempt of one delivery (README "How delivery works").
 //!
 //! - [`Sender`] owns one pooled keep-alive client (hyper + rustls) and sends one attempt:
 //!   a whole-request timeout in real time, redirects never followed, the response mapped to an

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::model::Timestamp;
 
-/// The fixed upper bound on how long a receiver may push the next attempt out (SPEC §3).
+/// The fixed upper bound on how long a receiver may push the next attempt out (README "How delivery
+/// works").
 pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Parses `Retry-After: 120` (delta-seconds) or an HTTP-date into the absolute time the

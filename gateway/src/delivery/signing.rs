@@ -1,5 +1,5 @@
-//! Standard Webhooks v1 signing (SPEC §3): what lets a receiver check that a request came from
-//! the gateway and was not replayed from long ago.
+//! Standard Webhooks v1 signing (README "How delivery works"): what lets a receiver check that a
+//! request came from the gateway and was not replayed from long ago.
 //!
 //! The signed content is `"{webhook-id}.{webhook-timestamp}.{body}"`, the signature
 //! `v1,<base64(HMAC-SHA256(key, content))>`. While a secret is rotated the endpoint lists

@@ -1,4 +1,4 @@
-//! What one attempt's outcome means for the delivery (SPEC §3).
+//! What one attempt's outcome means for the delivery (README "How delivery works").
 
 use crate::model::{ErrorKind, Outcome};
 
@@ -14,21 +14,21 @@ pub enum Classification {
     /// Retrying cannot help: the delivery fails (or is dead-lettered) now.
     Permanent,
     /// 410 Gone: the receiver wants no more events. Fails the delivery and, through the health
-    /// machine, disables the endpoint at once (SPEC §5).
+    /// machine, disables the endpoint at once (README "Endpoint health").
     Gone,
 }
 
-/// Classifies an outcome under a policy's `retry_on` (SPEC §3).
+/// Classifies an outcome under a policy's `retry_on` (README "How delivery works").
 ///
-/// - `all` retries every failure except 410 Gone (seed 002): a 3xx, a 4xx, a blocked address
+/// - `all` retries every failure except 410 Gone: a 3xx, a 4xx, a blocked address
 ///   may all be a receiver's passing mistake, and the schedule is bounded anyway.
 /// - `sns` retries what SNS retries: 5xx, 429, timeouts and connection errors (connect, DNS,
 ///   TLS); every other failure is permanent. A 410 is `Gone` under `sns` too, so the health
 ///   machine still disables the endpoint.
 ///
-/// Under both, a plugin error is retryable (the plugin may be dropped in or fixed; SPEC §7),
-/// and `endpoint_paused` / `endpoint_removed` are permanent: SPEC §5 says such deliveries are
-/// not sent later by themselves.
+/// Under both, a plugin error is retryable (the plugin may be dropped in or fixed;
+/// docs/writing-a-plugin.md), and `endpoint_paused` / `endpoint_removed` are permanent: the README
+/// ("Endpoint health") says such deliveries are not sent later by themselves.
 pub fn classify(retry_on: RetryOn, outcome: &Outcome) -> Classification {
     let Outcome::Failed { kind, status, .. } = outcome else {
         return Classification::Success;

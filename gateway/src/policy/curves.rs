@@ -1,4 +1,4 @@
-//! The four SNS backoff curves (SPEC §4.2).
+//! The four SNS backoff curves (docs/policies.md, "SNS delivery policies").
 //!
 //! AWS publishes only a chart of these functions, no formulas. We use the formulas of the
 //! SPEC: their shapes match the chart, the first delay is always `min` and the last is always
@@ -94,7 +94,7 @@ impl FromStr for BackoffFunction {
 mod tests {
     use super::*;
 
-    /// SPEC §4.2: N = 10, 5 → 260 s, rounded to whole seconds.
+    /// The seed example: N = 10, 5 → 260 s, rounded to whole seconds.
     const SPEC_TABLE: [(BackoffFunction, [u32; 10]); 4] = [
         (
             BackoffFunction::Linear,
@@ -151,7 +151,8 @@ mod tests {
 
     #[test]
     fn the_seed_example_backoff_adds_up_as_the_spec_says() {
-        // 2·1 + Σ exponential(10, 1 → 60) + 35·60 ≈ 2205 s (SPEC §4.2).
+        // 2·1 + Σ exponential(10, 1 → 60) + 35·60 ≈ 2205 s (docs/policies.md, "SNS delivery
+        // policies").
         let total = 2.0 + BackoffFunction::Exponential.total_s(10, 1.0, 60.0) + 35.0 * 60.0;
         assert_eq!(total.round(), 2205.0);
     }

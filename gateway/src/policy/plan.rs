@@ -29,7 +29,7 @@ pub struct RetryContext<'a> {
     pub plugin_decision: Option<BackoffDecision>,
 }
 
-/// A backoff plugin's answer (SPEC §7).
+/// A backoff plugin's answer (docs/writing-a-plugin.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackoffDecision {
     /// Wait this long instead of the policy's (jittered) wait.

@@ -1,5 +1,5 @@
-//! What a policy will do, before anyone trusts it (SPEC §4.3, §11): the planned attempts
-//! without jitter, with the deadline applied.
+//! What a policy will do, before anyone trusts it (README "Retry policies", `hookgate policy
+//! preview`): the planned attempts without jitter, with the deadline applied.
 
 use std::fmt::Write as _;
 use std::time::Duration;

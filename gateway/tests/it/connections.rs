@@ -19,9 +19,9 @@ const EVENTS: usize = 100;
 
 /// Ten endpoints on one host, each allowed 16 attempts at once (the default): up to 160
 /// requests to that host are in flight together. The connections opened for the first wave
-/// go back to the pool afterwards, so a second wave of the same size opens (almost) none — an
-/// idle cap below the concurrency (it was 64 per host) closed and reopened connections on
-/// every wave, and a fan-out to one customer's API cost a TCP handshake per delivery.
+/// go back to the pool afterwards, so a second wave of the same size opens (almost) none. An
+/// idle cap below the concurrency (say 64 per host) would close and reopen connections on
+/// every wave, and a fan-out to one customer's API would cost a TCP handshake per delivery.
 #[tokio::test]
 async fn endpoints_sharing_a_host_reuse_their_connections() {
     let sink = Sink::start().await;
@@ -56,8 +56,8 @@ async fn endpoints_sharing_a_host_reuse_their_connections() {
     );
     // A connection goes back to the pool a moment after its response is read, so an attempt
     // starting right then may open one more; on a busy 2-core machine that happened up to 17
-    // times in a wave of 143. With the old idle cap of 64 the second wave opened 76 to 106, so
-    // a quarter of the first wave tells the two apart with room on both sides.
+    // times in a wave of 143. An idle cap of 64 reopens about 100 per wave, so a quarter of the
+    // first wave tells the two apart with room on both sides.
     let allowed = (first / 4).max(PER_ENDPOINT);
     assert!(
         second - first <= allowed,

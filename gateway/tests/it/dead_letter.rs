@@ -1,4 +1,4 @@
-//! Dead letters (issue 3): with `dead_letter: true` a delivery that exhausts its policy or
+//! Dead letters: with `dead_letter: true` a delivery that exhausts its policy or
 //! fails permanently is kept as `dead` (without it: `failed`), listed by
 //! `GET /v1/deliveries?status=dead`, and sent again by redeliver and redrive with a fresh
 //! attempt counter.

@@ -1,6 +1,7 @@
-//! Endpoint health through the whole gateway (SPEC §5): counts of failed attempts, days without
-//! success on the manual clock, the exact timers, the effects of a pause, operator events and
-//! persistence across a restart. The last test drives the real binary with `--time-scale`.
+//! Endpoint health through the whole gateway (README "Endpoint health"): counts of failed attempts,
+//! days without success on the manual clock, the exact timers, the effects of a pause, operator
+//! events and persistence across a restart. The last test drives the real binary with
+//! `--time-scale`.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -8,50 +9,12 @@ use std::time::Duration;
 use hookgate::model::Timestamp;
 use serde_json::{Value, json};
 
-use crate::support::{Reply, START, Sink, TestGateway};
+use crate::support::{
+    Probe, Reply, START, Sink, TestGateway, WAIT, deliveries_of, endpoint, time, wait_failures, wait_state,
+};
 
-pub const WAIT: Duration = Duration::from_secs(10);
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
-
-pub fn time(v: &Value) -> Timestamp {
-    Timestamp::parse_rfc3339(v.as_str().unwrap_or_else(|| panic!("not a time: {v}"))).unwrap()
-}
-
-/// A sink on the `probe` topic that always answers 200, used as a barrier: once a probe event
-/// has been sent, the scheduler has run a full turn (timers included) after everything the test
-/// did before it.
-pub struct Probe {
-    sink: Sink,
-}
-
-impl Probe {
-    pub async fn start() -> Probe {
-        Probe {
-            sink: Sink::start().await,
-        }
-    }
-
-    /// The YAML lines of the probe's topic and endpoint (to put under `topics:` and
-    /// `endpoints:`).
-    pub fn topic_yaml(&self) -> &'static str {
-        "  probe: {}\n"
-    }
-
-    pub fn endpoint_yaml(&self) -> String {
-        format!(
-            "  probe:\n    url: {}\n    topics: [probe]\n",
-            self.sink.url("/probe")
-        )
-    }
-
-    /// Returns once the scheduler has handled a turn that started after this call.
-    pub async fn barrier(&self, gw: &TestGateway) {
-        let before = self.sink.count();
-        gw.ingest("probe", "probe", json!({})).await;
-        self.sink.wait_for(before + 1, WAIT).await;
-    }
-}
 
 /// The config of these tests: endpoint `e` on topic `t` with a slow exact schedule (a retry
 /// every 30 h), so the test decides with the clock when attempts happen.
@@ -65,42 +28,8 @@ fn config(sink: &Sink, probe: &Probe, extra: &str) -> String {
     )
 }
 
-pub async fn endpoint(gw: &TestGateway, name: &str) -> Value {
-    let (status, body) = gw.get(&format!("/v1/endpoints/{name}")).await;
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
-/// Waits until the endpoint is in `state` and its history (written by the store, after the
-/// in-memory state) ends with that state.
-pub async fn wait_state(gw: &TestGateway, name: &str, state: &str) -> Value {
-    gw.wait_until(&format!("/v1/endpoints/{name}"), WAIT, |e| {
-        e["state"] == state
-            && e["history"]
-                .as_array()
-                .and_then(|h| h.last())
-                .is_some_and(|last| last["state"] == state)
-    })
-    .await
-}
-
-pub async fn wait_failures(gw: &TestGateway, name: &str, n: u64) -> Value {
-    gw.wait_until(&format!("/v1/endpoints/{name}"), WAIT, |e| {
-        e["consecutive_failures"].as_u64() == Some(n)
-    })
-    .await
-}
-
 fn last_history(e: &Value) -> &Value {
     e["history"].as_array().unwrap().last().unwrap()
-}
-
-/// Every delivery of an endpoint, newest first.
-pub async fn deliveries_of(gw: &TestGateway, name: &str) -> Vec<Value> {
-    let (_, list) = gw
-        .get(&format!("/v1/deliveries?endpoint={name}&limit=1000"))
-        .await;
-    list["deliveries"].as_array().unwrap().clone()
 }
 
 async fn ingest_n(gw: &TestGateway, n: usize) {

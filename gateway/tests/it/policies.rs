@@ -1,4 +1,4 @@
-//! Retry policies end to end (issue 3): SNS delivery policies written in YAML or pasted as
+//! Retry policies end to end: SNS delivery policies written in YAML or pasted as
 //! JSON, their previews, topic- vs endpoint-level precedence, `retry_on` classification
 //! against a real receiver, the per-endpoint throttle and the request policy's content type.
 
@@ -11,8 +11,8 @@ use crate::support::{Reply, Sink, TestGateway};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The seed's example policy (SPEC §4.2): 3 no-delay, 2 at 1 s, 10 exponential 1 → 60 s,
-/// 35 at 60 s — 50 retries, 51 attempts, about 2205 s.
+/// The seed's example policy (docs/policies.md, "SNS delivery policies"): 3 no-delay, 2 at 1 s, 10
+/// exponential 1 → 60 s, 35 at 60 s — 50 retries, 51 attempts, about 2205 s.
 const SEED_SNS_YAML: &str = "
       healthyRetryPolicy:
         minDelayTarget: 1
@@ -139,7 +139,8 @@ async fn an_sns_policy_in_yaml_and_pasted_as_json_previews_the_seeds_51_attempts
 
     let waits_ms: Vec<u64> = attempts.iter().map(|a| millis(&a["wait_s"])).collect();
     assert_eq!(waits_ms[..6], [0, 0, 0, 0, 1_000, 1_000]);
-    // Backoff retry i of N = 10: 1 + 59·(e^(i−1) − 1)/(e^9 − 1) s (SPEC §4.2).
+    // Backoff retry i of N = 10: 1 + 59·(e^(i−1) − 1)/(e^9 − 1) s (docs/policies.md, "SNS delivery
+    // policies").
     let expected_backoff_ms: Vec<u64> = (1..=10)
         .map(|i: i32| {
             let s = 1.0 + 59.0 * (f64::from(i - 1).exp() - 1.0) / (9f64.exp() - 1.0);

@@ -1,11 +1,11 @@
-//! The recovery calls of SPEC §5 and §6 that act on deliveries and endpoints one by one: the
-//! test call, redeliver, and redrive of dead deliveries.
+//! The recovery calls of the README's "Endpoint health" and "Recovering missed events" that act on
+//! deliveries and endpoints one by one: the test call, redeliver, and redrive of dead deliveries.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::health::{Probe, WAIT, deliveries_of, endpoint, wait_failures, wait_state};
+use crate::support::{Probe, WAIT, deliveries_of, endpoint, wait_failures, wait_state};
 use crate::support::{Reply, Sink, TestGateway};
 
 /// Endpoint `e` on topic `t`: two attempts one second apart, and health rules low enough that

@@ -1,12 +1,12 @@
-//! Getting missed events back (SPEC §6): re-enable with `replay_since`, and replay with its
-//! `Idempotency-Key` protocol, window limit and truncation.
+//! Getting missed events back (README "Recovering missed events"): re-enable with `replay_since`,
+//! and replay with its `Idempotency-Key` protocol, window limit and truncation.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::health::{Probe, WAIT, deliveries_of, endpoint, time, wait_state};
+use crate::support::{Probe, WAIT, deliveries_of, endpoint, time, wait_state};
 use crate::support::{Reply, START, Sink, TestGateway};
 
 const DAY: Duration = Duration::from_secs(86_400);

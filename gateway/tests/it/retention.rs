@@ -1,13 +1,13 @@
-//! Retention (SPEC §9): the background purge, run every simulated minute, removes finished
-//! deliveries with their attempts and events after 30 days and ingestion idempotency keys after
-//! 24 hours, and never touches what is still pending.
+//! Retention (README "Configuration", `retention`): the background purge, run every simulated
+//! minute, removes finished deliveries with their attempts and events after 30 days and ingestion
+//! idempotency keys after 24 hours, and never touches what is still pending.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::health::{WAIT, deliveries_of};
 use crate::support::{Reply, START, Sink, TestGateway};
+use crate::support::{WAIT, deliveries_of};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use hookgate::clock::{Clock, ManualClock};
 use hookgate::model::Timestamp;
 use hookgate::{Gateway, GatewayOptions};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 /// One request the sink received.
@@ -415,4 +415,82 @@ pub fn captured_logs() -> String {
     LOGS.get()
         .map(|b| String::from_utf8_lossy(&b.lock().unwrap()).into_owned())
         .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the API: waits and barriers shared by the behaviour tests.
+
+/// How long a test waits for something the gateway does by itself.
+pub const WAIT: Duration = Duration::from_secs(10);
+pub fn time(v: &Value) -> Timestamp {
+    Timestamp::parse_rfc3339(v.as_str().unwrap_or_else(|| panic!("not a time: {v}"))).unwrap()
+}
+
+/// A sink on the `probe` topic that always answers 200, used as a barrier: once a probe event
+/// has been sent, the scheduler has run a full turn (timers included) after everything the test
+/// did before it.
+pub struct Probe {
+    sink: Sink,
+}
+
+impl Probe {
+    pub async fn start() -> Probe {
+        Probe {
+            sink: Sink::start().await,
+        }
+    }
+
+    /// The YAML lines of the probe's topic and endpoint (to put under `topics:` and
+    /// `endpoints:`).
+    pub fn topic_yaml(&self) -> &'static str {
+        "  probe: {}\n"
+    }
+
+    pub fn endpoint_yaml(&self) -> String {
+        format!(
+            "  probe:\n    url: {}\n    topics: [probe]\n",
+            self.sink.url("/probe")
+        )
+    }
+
+    /// Returns once the scheduler has handled a turn that started after this call.
+    pub async fn barrier(&self, gw: &TestGateway) {
+        let before = self.sink.count();
+        gw.ingest("probe", "probe", json!({})).await;
+        self.sink.wait_for(before + 1, WAIT).await;
+    }
+}
+
+pub async fn endpoint(gw: &TestGateway, name: &str) -> Value {
+    let (status, body) = gw.get(&format!("/v1/endpoints/{name}")).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Waits until the endpoint is in `state` and its history (written by the store, after the
+/// in-memory state) ends with that state.
+pub async fn wait_state(gw: &TestGateway, name: &str, state: &str) -> Value {
+    gw.wait_until(&format!("/v1/endpoints/{name}"), WAIT, |e| {
+        e["state"] == state
+            && e["history"]
+                .as_array()
+                .and_then(|h| h.last())
+                .is_some_and(|last| last["state"] == state)
+    })
+    .await
+}
+
+pub async fn wait_failures(gw: &TestGateway, name: &str, n: u64) -> Value {
+    gw.wait_until(&format!("/v1/endpoints/{name}"), WAIT, |e| {
+        e["consecutive_failures"].as_u64() == Some(n)
+    })
+    .await
+}
+
+/// Every delivery of an endpoint, newest first.
+pub async fn deliveries_of(gw: &TestGateway, name: &str) -> Vec<Value> {
+    let (_, list) = gw
+        .get(&format!("/v1/deliveries?endpoint={name}&limit=1000"))
+        .await;
+    list["deliveries"].as_array().unwrap().clone()
 }
