@@ -183,6 +183,7 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             keep(&mut new.server.shutdown_grace, &old.server.shutdown_grace),
         ),
         ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
+        ("storage.url", keep(&mut new.storage.url, &old.storage.url)),
         (
             "delivery.ca_certs",
             keep(&mut new.delivery.extra_roots, &old.delivery.extra_roots),

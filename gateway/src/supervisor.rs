@@ -30,7 +30,7 @@ use crate::reload::{Announce, Reloader, review_bindings_on_plugin_changes};
 use crate::scheduler::attempt::AttemptEnv;
 use crate::scheduler::{Scheduler, SchedulerDeps};
 use crate::server::{self, ServerLimits};
-use crate::store::{RetentionCutoffs, SqliteOptions, SqliteStore, Store};
+use crate::store::{PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store};
 use crate::telemetry::Metrics;
 
 /// How a gateway is started.
@@ -79,7 +79,7 @@ impl Gateway {
         } = opts;
         let shutdown = CancellationToken::new();
         let metrics = Metrics::new();
-        let store = open_store(&config, store_options, &metrics)?;
+        let store = open_store(&config, store_options, &metrics).await?;
         let sender = build_sender(&config)?;
         let plugins = start_plugins(&config, &metrics).await?;
         let listener = bind(listener, config.server.listen)?;
@@ -172,11 +172,18 @@ impl Gateway {
     }
 }
 
-fn open_store(
+/// The embedded SQLite file, or the PostgreSQL database of `storage.url`.
+async fn open_store(
     config: &Config,
     options: Option<SqliteOptions>,
     metrics: &Metrics,
 ) -> anyhow::Result<Arc<dyn Store>> {
+    if let Some(url) = &config.storage.url {
+        let store = PgStore::open(url.expose(), metrics)
+            .await
+            .context("opening the PostgreSQL database of storage.url")?;
+        return Ok(Arc::new(store));
+    }
     let mut options = options.unwrap_or_else(|| SqliteOptions::new(config.storage.path.clone()));
     options.max_size_bytes = options.max_size_bytes.or(config.storage.max_size_bytes);
     options.metrics = metrics.clone();

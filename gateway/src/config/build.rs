@@ -125,7 +125,15 @@ impl Validator<'_> {
     }
 
     fn storage(&mut self, raw: &RawStorage) -> StorageConfig {
+        let url = raw.url.as_deref().and_then(|url| self.database_url(url));
+        if url.is_some() && raw.max_size.is_some() {
+            self.problem(
+                "storage.max_size",
+                "applies to the embedded SQLite file only; give PostgreSQL its own quota".into(),
+            );
+        }
         StorageConfig {
+            url,
             path: PathBuf::from(raw.path.as_deref().unwrap_or(defaults::DB_PATH)),
             max_size_bytes: raw.max_size.as_deref().and_then(|text| {
                 let bytes = self.parse("storage.max_size", text, parse_size)?;
@@ -138,6 +146,25 @@ impl Validator<'_> {
                 }
                 u64::try_from(bytes).ok()
             }),
+        }
+    }
+
+    /// A `postgres://` URL that the client can read. The problem never repeats the URL: it may
+    /// hold a password.
+    fn database_url(&mut self, url: &str) -> Option<Secret> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            self.problem(
+                "storage.url",
+                "must start with postgres:// or postgresql://".into(),
+            );
+            return None;
+        }
+        match url.parse::<tokio_postgres::Config>() {
+            Ok(_) => Some(Secret::new(url.to_owned())),
+            Err(e) => {
+                self.problem("storage.url", format!("is not a PostgreSQL URL: {e}"));
+                None
+            }
         }
     }
 

@@ -151,6 +151,8 @@ pub struct StorageConfig {
     pub path: PathBuf,
     /// None: no cap beyond SQLite's own.
     pub max_size_bytes: Option<u64>,
+    /// The PostgreSQL database to use instead of `path`; a secret (it may hold a password).
+    pub url: Option<Secret>,
 }
 
 #[derive(Debug, Clone)]

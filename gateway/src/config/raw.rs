@@ -70,6 +70,9 @@ pub struct RawStorage {
     /// written until there is room. Reloadable: raising it makes room without a restart.
     /// Default: no cap.
     pub max_size: Option<String>,
+    /// A PostgreSQL database instead of the SQLite file, e.g.
+    /// `postgres://hookgate:${PGPASSWORD}@db.internal/hookgate`. Read at start only.
+    pub url: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -2,14 +2,16 @@
 //!
 //! The rest of the gateway talks to a [`Store`]: operations named after the domain (ingest,
 //! record an attempt, pending deliveries, replay window…), not after tables. SQLite is the
-//! embedded default ([`SqliteStore`]); the trait is what a PostgreSQL backend would implement
-//! to let several gateway nodes share one database.
+//! embedded default ([`SqliteStore`]); PostgreSQL ([`PgStore`], `storage.url`) is the database a
+//! gateway outgrows one machine onto.
 //!
-//! Durability point: every write goes through one writer thread that commits in groups
-//! (`synchronous=FULL`, WAL). A write's future resolves only after the fsync'd commit that
-//! contains it, so "202 Accepted" always means "on disk".
+//! Durability point: a write's future resolves only after the commit that contains it, so
+//! "202 Accepted" always means "on disk". SQLite writes go through one writer thread that
+//! commits in groups (`synchronous=FULL`, WAL); PostgreSQL groups the fsyncs of concurrent
+//! transactions itself.
 
 mod migrations;
+mod postgres;
 mod sqlite;
 mod writer;
 
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use postgres::PgStore;
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};

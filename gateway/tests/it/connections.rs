@@ -89,11 +89,10 @@ async fn an_endpoint_under_a_ca_from_delivery_ca_certs_is_delivered_over_tls() {
         } else {
             String::new()
         };
-        // The base config's `delivery:` block, with the CA added to it.
-        let yaml = format!(
-            "{}{ca_line}{endpoints}",
-            base_yaml(dir.path()).replace("/hookgate.db", &format!("/hookgate-{trusted}.db"))
-        );
+        // The base config's `delivery:` block, with the CA added to it; a store of its own for
+        // each gateway.
+        let store_dir = Arc::new(tempfile::tempdir().unwrap());
+        let yaml = format!("{}{ca_line}{endpoints}", base_yaml(store_dir.path()));
         let config =
             hookgate::config::load_str(&yaml, "test.yaml", None, |_| None).unwrap_or_else(|e| panic!("{e}"));
         let gw = TestGateway::start_with(dir.clone(), "", ManualClock::new(START), move |o| {

@@ -430,7 +430,7 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
     use std::sync::Arc;
 
     use hookgate::model::Event;
-    use hookgate::store::{IngestBatch, IngestItem, SqliteOptions, SqliteStore, Store};
+    use hookgate::store::{IngestBatch, IngestItem};
 
     let sink = Sink::start().await;
     sink.always(Reply::status(410));
@@ -443,7 +443,7 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
 
     // As if the gateway had stopped after committing the disable but before failing the
     // endpoint's waiting deliveries: one is still pending on disk.
-    let store = SqliteStore::open(SqliteOptions::new(gw.dir.path().join("hookgate.db"))).unwrap();
+    let store = crate::support::open_store(gw.dir.path()).await;
     store
         .ingest(IngestBatch {
             items: vec![IngestItem {
@@ -464,6 +464,7 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
         .await
         .unwrap();
     store.close().await;
+    drop(store);
 
     let gw = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
     let event = gw

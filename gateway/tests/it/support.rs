@@ -191,9 +191,11 @@ pub struct TestGateway {
 pub const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 
 /// The YAML every test config starts with: loopback allowed, storage in the temp dir.
+/// On PostgreSQL (see [`postgres_url_for`]) `storage.url` names the test's own schema.
 pub fn base_yaml(dir: &std::path::Path) -> String {
+    let url = postgres_url_for(dir).map_or(String::new(), |url| format!("  url: {url}\n"));
     format!(
-        "storage:\n  path: {}/hookgate.db\nplugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n",
+        "storage:\n  path: {}/hookgate.db\n{url}plugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n",
         dir.display(),
         dir.display()
     )
@@ -493,4 +495,72 @@ pub async fn deliveries_of(gw: &TestGateway, name: &str) -> Vec<Value> {
         .get(&format!("/v1/deliveries?endpoint={name}&limit=1000"))
         .await;
     list["deliveries"].as_array().unwrap().clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The store under the suite: SQLite, or PostgreSQL when `tests/postgres.rs` runs the suite.
+
+/// The prefix of every schema the suite creates; `tests/postgres.rs` drops them afterwards.
+pub const TEST_SCHEMA_PREFIX: &str = "hg_it_";
+
+/// Whether this run of the suite is on PostgreSQL: `tests/postgres.rs` runs the whole suite
+/// again with `HOOKGATE_TEST_BACKEND=postgres` and `HOOKGATE_TEST_POSTGRES` set.
+pub fn on_postgres() -> bool {
+    std::env::var("HOOKGATE_TEST_BACKEND").is_ok_and(|b| b == "postgres")
+}
+
+/// On PostgreSQL, the URL of the schema that belongs to the test directory `dir` (created on
+/// first use, so a restarted gateway finds its data again); None on SQLite.
+pub fn postgres_url_for(dir: &std::path::Path) -> Option<String> {
+    use std::hash::{Hash, Hasher};
+    if !on_postgres() {
+        return None;
+    }
+    let admin =
+        std::env::var("HOOKGATE_TEST_POSTGRES").expect("HOOKGATE_TEST_POSTGRES with the postgres backend");
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    let name = format!("{TEST_SCHEMA_PREFIX}{:016x}", hasher.finish());
+    static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut created = CREATED.lock().unwrap();
+    if !created.contains(&name) {
+        create_schema(&admin, &name);
+        created.push(name.clone());
+    }
+    let sep = if admin.contains('?') { '&' } else { '?' };
+    Some(format!("{admin}{sep}options=-c%20search_path%3D{name}"))
+}
+
+/// Creates a schema from a thread of its own (the caller may be inside a runtime).
+fn create_schema(admin: &str, name: &str) {
+    let (admin, sql) = (admin.to_owned(), format!("CREATE SCHEMA IF NOT EXISTS {name}"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                .await
+                .expect("connect to HOOKGATE_TEST_POSTGRES");
+            tokio::spawn(connection);
+            client.batch_execute(&sql).await.expect("create the test schema");
+        });
+    })
+    .join()
+    .unwrap();
+}
+
+/// The store of a test directory, opened directly (the gateway must be stopped): SQLite, or
+/// the directory's PostgreSQL schema when the suite runs on PostgreSQL.
+pub async fn open_store(dir: &std::path::Path) -> Arc<dyn hookgate::store::Store> {
+    use hookgate::store::{PgStore, SqliteOptions, SqliteStore};
+    match postgres_url_for(dir) {
+        Some(url) => Arc::new(
+            PgStore::open(&url, &hookgate::telemetry::Metrics::new())
+                .await
+                .unwrap(),
+        ),
+        None => Arc::new(SqliteStore::open(SqliteOptions::new(dir.join("hookgate.db"))).unwrap()),
+    }
 }

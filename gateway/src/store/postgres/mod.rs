@@ -1,0 +1,903 @@
+//! The PostgreSQL store: the same [`Store`] as SQLite, on a database several gateway nodes can
+//! reach. Every write is one transaction on a pooled connection; PostgreSQL's own group commit
+//! batches the fsyncs of concurrent transactions. Health inputs lock their endpoint's row
+//! (`FOR UPDATE`), idempotency keys take a transaction-scoped advisory lock, so both stay right
+//! when writers race.
+//!
+//! The tables live in the connection's current schema (`public` unless the URL sets
+//! `options=-c search_path=…`), so one database can hold several independent gateways.
+//!
+//! One node per schema for now: a node holds a session advisory lock for its lifetime and a
+//! second node refuses to start (claiming work across nodes is not built yet; two nodes would
+//! each deliver every pending delivery).
+
+mod schema;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use deadpool_postgres::{
+    GenericClient, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::*;
+use crate::health::EndpointHealth;
+use crate::model::{Attempt, EndpointState};
+use crate::telemetry::Metrics;
+
+/// The session advisory lock a node holds while it runs: one per schema.
+const NODE_LOCK: &str = "hashtextextended('hookgate-node:' || current_schema(), 0)";
+/// How long a write waits for a pooled connection before it is refused.
+const POOL_WAIT: Duration = Duration::from_secs(5);
+const POOL_SIZE: usize = 16;
+
+pub struct PgStore {
+    pool: Pool,
+    /// How long each write transaction's commit took, as the SQLite writer records its groups.
+    commit_seconds: metrics::Histogram,
+    /// The connection that holds [`NODE_LOCK`]; dropping it releases the lock.
+    node: tokio_postgres::Client,
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let Some(code) = e.code() else {
+            // No SQL state: the connection itself failed or closed.
+            return StoreError::Unavailable(format!("postgres: {e}"));
+        };
+        let class = &code.code()[..2];
+        let unavailable = matches!(class, "08" | "53" | "57")
+            || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE;
+        if unavailable {
+            StoreError::Unavailable(format!("postgres: {e}"))
+        } else {
+            StoreError::Internal(format!("postgres: {e}"))
+        }
+    }
+}
+
+impl From<PoolError> for StoreError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::Backend(e) => e.into(),
+            PoolError::Timeout(_) => {
+                StoreError::Overloaded(format!("no database connection free within {POOL_WAIT:?}"))
+            }
+            other => StoreError::Unavailable(format!("postgres pool: {other}")),
+        }
+    }
+}
+
+impl PgStore {
+    /// Connects to `url`, runs the migrations (once, under an advisory lock), and takes the
+    /// node lock. The URL is a secret (it may hold a password): it is never logged.
+    pub async fn open(url: &str, metrics: &Metrics) -> StoreResult<PgStore> {
+        let config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Internal(format!("storage.url is not a PostgreSQL URL: {e}")))?;
+        let (mut node, connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::error!(error = %e, "the node's database connection ended");
+            }
+        });
+        schema::migrate(&mut node).await?;
+        let locked: bool = node
+            .query_one(&format!("SELECT pg_try_advisory_lock({NODE_LOCK})"), &[])
+            .await?
+            .get(0);
+        if !locked {
+            return Err(StoreError::Unavailable(
+                "another hookgate node is running on this database schema; one node per \
+                 schema until clustering lands"
+                    .into(),
+            ));
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(POOL_WAIT))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
+        Ok(PgStore {
+            pool,
+            commit_seconds: metrics.writer_commit(),
+            node,
+        })
+    }
+
+    async fn conn(&self) -> StoreResult<Object> {
+        Ok(self.pool.get().await?)
+    }
+
+    async fn commit(&self, tx: deadpool_postgres::Transaction<'_>) -> StoreResult<()> {
+        let started = std::time::Instant::now();
+        tx.commit().await?;
+        self.commit_seconds.record(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+}
+
+fn u(v: i64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn ts(row: &Row, idx: usize) -> Timestamp {
+    Timestamp::from_millis(row.get(idx))
+}
+
+fn opt_ts(row: &Row, idx: usize) -> Option<Timestamp> {
+    row.get::<_, Option<i64>>(idx).map(Timestamp::from_millis)
+}
+
+fn parse<T: FromStr>(row: &Row, idx: usize) -> StoreResult<T> {
+    let text: &str = row.get(idx);
+    text.parse()
+        .map_err(|_| StoreError::Internal(format!("bad value `{text}` in the database")))
+}
+
+fn millis(t: Option<Timestamp>) -> Option<i64> {
+    t.map(Timestamp::as_millis)
+}
+
+const EVENT_COLUMNS: &str =
+    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at";
+
+fn event_from_row(row: &Row, first: usize) -> Event {
+    Event {
+        id: row.get(first),
+        topic: row.get(first + 1),
+        event_type: row.get(first + 2),
+        content_type: row.get(first + 3),
+        payload: Bytes::from(row.get::<_, Vec<u8>>(first + 4)),
+        ordering_key: row.get(first + 5),
+        received_at: ts(row, first + 6),
+    }
+}
+
+const DELIVERY_COLUMNS: &str = "d.id, e.id, e.topic, e.event_type, d.endpoint, d.status, d.round, d.attempt_count, \
+     d.next_attempt_at, d.last_error, d.created_at, d.updated_at";
+
+fn delivery_from_row(row: &Row) -> StoreResult<DeliveryRow> {
+    Ok(DeliveryRow {
+        id: DeliveryId(row.get(0)),
+        event_id: row.get(1),
+        topic: row.get(2),
+        event_type: row.get(3),
+        endpoint: row.get(4),
+        status: parse(row, 5)?,
+        round: u(row.get(6)),
+        attempt_count: u(row.get(7)),
+        next_attempt_at: opt_ts(row, 8),
+        last_error: row.get(9),
+        created_at: ts(row, 10),
+        updated_at: ts(row, 11),
+    })
+}
+
+fn health_from_row(row: &Row, first: usize) -> StoreResult<EndpointHealth> {
+    Ok(EndpointHealth {
+        state: parse::<EndpointState>(row, first)?,
+        consecutive_failures: u(row.get(first + 1)),
+        failing_since: opt_ts(row, first + 2),
+        last_success_at: opt_ts(row, first + 3),
+        changed_at: opt_ts(row, first + 4),
+    })
+}
+
+async fn query<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
+    let stmt = c.prepare_cached(sql).await?;
+    Ok(c.query(&stmt, params).await?)
+}
+
+async fn query_opt<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> StoreResult<Option<Row>> {
+    let stmt = c.prepare_cached(sql).await?;
+    Ok(c.query_opt(&stmt, params).await?)
+}
+
+async fn execute<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<u64> {
+    let stmt = c.prepare_cached(sql).await?;
+    Ok(c.execute(&stmt, params).await?)
+}
+
+/// Serialises the writers of one idempotency key until the end of the transaction, then looks
+/// it up: a second node (or request) with the same key waits and finds the first answer.
+async fn idempotency_locked<C: GenericClient>(
+    c: &C,
+    scope: &str,
+    key: &str,
+) -> StoreResult<Option<IdempotencyRecord>> {
+    execute(
+        c,
+        "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || $1, 0))",
+        &[&format!("\n{scope}\n{key}")],
+    )
+    .await?;
+    idempotency_lookup(c, scope, key).await
+}
+
+async fn idempotency_lookup<C: GenericClient>(
+    c: &C,
+    scope: &str,
+    key: &str,
+) -> StoreResult<Option<IdempotencyRecord>> {
+    let row = query_opt(
+        c,
+        "SELECT request_hash, status, response, created_at FROM idempotency WHERE scope = $1 AND key = $2",
+        &[&scope, &key],
+    )
+    .await?;
+    Ok(row.map(|row| IdempotencyRecord {
+        scope: scope.to_owned(),
+        key: key.to_owned(),
+        request_hash: row.get(0),
+        status: u16::try_from(row.get::<_, i64>(1)).unwrap_or(500),
+        response: Bytes::from(row.get::<_, Vec<u8>>(2)),
+        created_at: ts(&row, 3),
+    }))
+}
+
+async fn insert_idempotency<C: GenericClient>(c: &C, r: &IdempotencyRecord) -> StoreResult<()> {
+    execute(
+        c,
+        "INSERT INTO idempotency (scope, key, request_hash, status, response, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&r.scope, &r.key, &r.request_hash, &i64::from(r.status), &&r.response[..], &r.created_at.as_millis()],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> StoreResult<i64> {
+    let row = query_opt(
+        c,
+        "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (topic, id) DO NOTHING RETURNING seq",
+        &[
+            &event.id,
+            &event.topic,
+            &event.event_type,
+            &event.content_type,
+            &&event.payload[..],
+            &event.ordering_key,
+            &event.received_at.as_millis(),
+        ],
+    )
+    .await?;
+    row.map(|r| r.get(0)).ok_or_else(|| StoreError::DuplicateEvent {
+        topic: event.topic.clone(),
+        id: event.id.clone(),
+    })
+}
+
+async fn insert_delivery<C: GenericClient>(
+    c: &C,
+    event_seq: i64,
+    endpoint: &str,
+    now: Timestamp,
+) -> StoreResult<DeliveryId> {
+    let row = query(
+        c,
+        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at)
+         VALUES ($1, $2, 'pending', 1, 0, $3, $3, $3, $3) RETURNING id",
+        &[&event_seq, &endpoint, &now.as_millis()],
+    )
+    .await?;
+    Ok(DeliveryId(row[0].get(0)))
+}
+
+fn ready(id: DeliveryId, endpoint: Arc<str>, event: Arc<Event>, now: Timestamp) -> ReadyDelivery {
+    ReadyDelivery {
+        id,
+        endpoint,
+        event,
+        next_attempt_at: now,
+        round: 1,
+        round_started_at: now,
+        attempts_made: 0,
+    }
+}
+
+/// Applies a health input to the health the database holds (its row locked until the commit),
+/// writes the new health and records the transitions.
+async fn apply_health<C: GenericClient>(c: &C, change: &HealthChange) -> StoreResult<HealthApplied> {
+    let endpoint: &str = &change.endpoint;
+    execute(
+        c,
+        "INSERT INTO endpoint_health (endpoint, state, consecutive_failures) VALUES ($1, 'active', 0)
+         ON CONFLICT (endpoint) DO NOTHING",
+        &[&endpoint],
+    )
+    .await?;
+    let row = query(
+        c,
+        "SELECT state, consecutive_failures, failing_since, last_success_at, changed_at
+         FROM endpoint_health WHERE endpoint = $1 FOR UPDATE",
+        &[&endpoint],
+    )
+    .await?;
+    let current = health_from_row(&row[0], 0)?;
+    let step = crate::health::apply(&change.rules, &current, change.input, change.at);
+    let h = &step.health;
+    execute(
+        c,
+        "UPDATE endpoint_health SET state = $2, consecutive_failures = $3, failing_since = $4,
+             last_success_at = $5, changed_at = $6 WHERE endpoint = $1",
+        &[
+            &endpoint,
+            &h.state.as_str(),
+            &i64::from(h.consecutive_failures),
+            &millis(h.failing_since),
+            &millis(h.last_success_at),
+            &millis(h.changed_at),
+        ],
+    )
+    .await?;
+    for t in &step.transitions {
+        execute(
+            c,
+            "INSERT INTO endpoint_history (endpoint, state, at, reason) VALUES ($1, $2, $3, $4)",
+            &[&endpoint, &t.to.as_str(), &t.at.as_millis(), &t.reason],
+        )
+        .await?;
+    }
+    Ok(HealthApplied {
+        endpoint: change.endpoint.clone(),
+        input: change.input,
+        step,
+    })
+}
+
+async fn write_attempt<C: GenericClient>(c: &C, write: &AttemptWrite) -> StoreResult<()> {
+    let a = &write.attempt;
+    execute(
+        c,
+        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &write.delivery.0,
+            &i64::from(write.round),
+            &i64::from(a.n),
+            &a.started_at.as_millis(),
+            &i64::try_from(a.duration_ms).unwrap_or(i64::MAX),
+            &a.status_code.map(i64::from),
+            &a.error_kind.map(|k| k.as_str()),
+            &a.error,
+            &write.plugin_note,
+        ],
+    )
+    .await?;
+    let finished_at = a.started_at.plus(Duration::from_millis(a.duration_ms));
+    // The round guard keeps a late outcome of an old round from overwriting a redelivery.
+    execute(
+        c,
+        "UPDATE deliveries SET status = $2, attempt_count = $3, next_attempt_at = $4, last_error = $5,
+             updated_at = $6 WHERE id = $1 AND round = $7",
+        &[
+            &write.delivery.0,
+            &write.status.as_str(),
+            &i64::from(a.n),
+            &millis(write.next_attempt_at),
+            &write.last_error,
+            &finished_at.as_millis(),
+            &i64::from(write.round),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply_change<C: GenericClient>(
+    c: &C,
+    change: &StateChange,
+    applied: &mut Vec<HealthApplied>,
+) -> StoreResult<()> {
+    match change {
+        StateChange::Attempt(write) => write_attempt(c, write).await?,
+        StateChange::Health(change) => applied.push(apply_health(c, change).await?),
+        StateChange::FailPending {
+            endpoint,
+            kind,
+            status,
+            now,
+        } => {
+            execute(
+                c,
+                "UPDATE deliveries SET status = $2, next_attempt_at = NULL, last_error = $3, updated_at = $4
+                 WHERE endpoint = $1 AND status = 'pending'",
+                &[&&**endpoint, &status.as_str(), &kind.as_str(), &now.as_millis()],
+            )
+            .await?;
+        }
+        StateChange::Finish {
+            delivery,
+            status,
+            error,
+            now,
+        } => {
+            execute(
+                c,
+                "UPDATE deliveries SET status = $2, next_attempt_at = NULL, last_error = $3, updated_at = $4
+                 WHERE id = $1 AND status = 'pending'",
+                &[&delivery.0, &status.as_str(), &error, &now.as_millis()],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts a new round of a delivery if its state allows: a finished one always, a pending one
+/// only when `replace_waiting`. The row is locked until the commit.
+async fn restart_round<C: GenericClient>(
+    c: &C,
+    id: DeliveryId,
+    now: Timestamp,
+    replace_waiting: bool,
+) -> StoreResult<Restarted> {
+    let row = query_opt(
+        c,
+        &format!(
+            "SELECT d.status, d.round, d.endpoint, {EVENT_COLUMNS}
+             FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = $1 FOR UPDATE OF d"
+        ),
+        &[&id.0],
+    )
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("delivery {id}")))?;
+    let status: DeliveryStatus = parse(&row, 0)?;
+    let round = u(row.get(1));
+    let was_pending = !status.is_final();
+    if was_pending && !replace_waiting {
+        return Err(StoreError::Conflict(format!(
+            "delivery {id} is {} and will be attempted by itself",
+            status.as_str()
+        )));
+    }
+    execute(
+        c,
+        "UPDATE deliveries SET status = 'pending', round = $2, attempt_count = 0, next_attempt_at = $3,
+             last_error = NULL, updated_at = $3, round_started_at = $3 WHERE id = $1",
+        &[&id.0, &i64::from(round + 1), &now.as_millis()],
+    )
+    .await?;
+    let endpoint: String = row.get(2);
+    Ok(Restarted {
+        ready: ReadyDelivery {
+            round: round + 1,
+            ..ready(id, Arc::from(endpoint), Arc::new(event_from_row(&row, 3)), now)
+        },
+        was_pending,
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ingest(&self, batch: IngestBatch) -> StoreResult<IngestOutcome> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        if let Some(record) = &batch.idempotency
+            && let Some(first) = idempotency_locked(&tx, &record.scope, &record.key).await?
+        {
+            return Ok(IngestOutcome::AlreadyDone(first));
+        }
+        let mut out = Vec::with_capacity(batch.items.iter().map(|i| i.endpoints.len()).sum());
+        for item in &batch.items {
+            let seq = insert_event(&tx, &item.event).await?;
+            for endpoint in &item.endpoints {
+                let id = insert_delivery(&tx, seq, endpoint, batch.now).await?;
+                out.push(ready(id, endpoint.clone(), item.event.clone(), batch.now));
+            }
+        }
+        if let Some(record) = &batch.idempotency {
+            insert_idempotency(&tx, record).await?;
+        }
+        self.commit(tx).await?;
+        Ok(IngestOutcome::Committed(out))
+    }
+
+    async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<Vec<HealthApplied>> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let mut applied = Vec::new();
+        for change in changes.iter() {
+            apply_change(&tx, change, &mut applied).await?;
+        }
+        self.commit(tx).await?;
+        Ok(applied)
+    }
+
+    async fn restart_delivery(
+        &self,
+        id: DeliveryId,
+        now: Timestamp,
+        replace_waiting: bool,
+    ) -> StoreResult<Restarted> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let restarted = restart_round(&tx, id, now, replace_waiting).await?;
+        self.commit(tx).await?;
+        Ok(restarted)
+    }
+
+    async fn restart_dead(
+        &self,
+        endpoint: &str,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<ReadyDelivery>> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let ids = query(
+            &tx,
+            "SELECT id FROM deliveries WHERE endpoint = $1 AND status = 'dead' ORDER BY id LIMIT $2",
+            &[&endpoint, &i64::from(limit)],
+        )
+        .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for row in ids {
+            out.push(
+                restart_round(&tx, DeliveryId(row.get(0)), now, false)
+                    .await?
+                    .ready,
+            );
+        }
+        self.commit(tx).await?;
+        Ok(out)
+    }
+
+    async fn create_deliveries(
+        &self,
+        endpoint: &str,
+        events: Vec<Arc<Event>>,
+        idempotency: Option<(IdempotencyRecord, AnswerFn)>,
+        now: Timestamp,
+    ) -> StoreResult<IngestOutcome> {
+        let endpoint: Arc<str> = Arc::from(endpoint);
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        if let Some((record, _)) = &idempotency
+            && let Some(first) = idempotency_locked(&tx, &record.scope, &record.key).await?
+        {
+            return Ok(IngestOutcome::AlreadyDone(first));
+        }
+        let mut out = Vec::with_capacity(events.len());
+        for event in events {
+            let seq = query_opt(
+                &tx,
+                "SELECT seq FROM events WHERE topic = $1 AND id = $2",
+                &[&event.topic, &event.id],
+            )
+            .await?;
+            // An event purged since the window was read is simply not replayed.
+            let Some(seq) = seq else { continue };
+            let id = insert_delivery(&tx, seq.get(0), &endpoint, now).await?;
+            out.push(ready(id, endpoint.clone(), event, now));
+        }
+        if let Some((mut record, answer)) = idempotency {
+            record.response = answer(&out);
+            insert_idempotency(&tx, &record).await?;
+        }
+        self.commit(tx).await?;
+        Ok(IngestOutcome::Committed(out))
+    }
+
+    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, e.ordering_key, d.round_started_at
+             FROM deliveries d JOIN events e ON e.seq = d.event_seq
+             WHERE d.status = 'pending' ORDER BY d.id",
+            &[],
+        )
+        .await?;
+        // Endpoint names repeat a million times; share one allocation per name.
+        let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let endpoint: String = row.get(1);
+                let round_started_at = ts(row, 6);
+                PendingDelivery {
+                    id: DeliveryId(row.get(0)),
+                    endpoint: names
+                        .entry(endpoint)
+                        .or_insert_with_key(|k| Arc::from(k.as_str()))
+                        .clone(),
+                    next_attempt_at: opt_ts(row, 2).unwrap_or(round_started_at),
+                    round: u(row.get(3)),
+                    attempts_made: u(row.get(4)),
+                    ordering_key: row.get(5),
+                    round_started_at,
+                }
+            })
+            .collect())
+    }
+
+    async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>> {
+        let conn = self.conn().await?;
+        let row = query_opt(
+            &conn,
+            &format!(
+                "SELECT d.endpoint, d.status, d.round, d.attempt_count, d.round_started_at, {EVENT_COLUMNS}
+                 FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = $1"
+            ),
+            &[&id.0],
+        )
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(DeliveryForAttempt {
+            id,
+            endpoint: Arc::from(row.get::<_, String>(0)),
+            status: parse(&row, 1)?,
+            round: u(row.get(2)),
+            attempts_made: u(row.get(3)),
+            round_started_at: ts(&row, 4),
+            event: Arc::new(event_from_row(&row, 5)),
+        }))
+    }
+
+    async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>> {
+        const PAGE: i64 = 1000;
+        let conn = self.conn().await?;
+        let mut out = Vec::new();
+        let mut after: (i64, i64) = (window.since.as_millis(), 0);
+        // Pages in (received_at, seq) order until `limit` events pass the type filter.
+        loop {
+            let rows = query(
+                &conn,
+                &format!(
+                    "SELECT {EVENT_COLUMNS}, e.seq FROM events e
+                     WHERE e.topic = ANY($1) AND (e.received_at, e.seq) >= ($2, $3) AND e.received_at < $4
+                     ORDER BY e.received_at, e.seq LIMIT $5"
+                ),
+                &[
+                    &window.topics,
+                    &after.0,
+                    &after.1,
+                    &window.until.as_millis(),
+                    &PAGE,
+                ],
+            )
+            .await?;
+            for row in &rows {
+                let event = event_from_row(row, 0);
+                after = (event.received_at.as_millis(), row.get::<_, i64>(7) + 1);
+                if (window.matches)(&event) {
+                    out.push(Arc::new(event));
+                    if out.len() >= limit as usize {
+                        return Ok(out);
+                    }
+                }
+            }
+            if (rows.len() as i64) < PAGE {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events e WHERE e.id = $1 AND ($2::TEXT IS NULL OR e.topic = $2) ORDER BY e.seq"
+            ),
+            &[&id, &topic],
+        )
+        .await?;
+        Ok(rows.iter().map(|r| event_from_row(r, 0)).collect())
+    }
+
+    async fn deliveries(&self, filter: DeliveryFilter) -> StoreResult<Vec<DeliveryRow>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
+                 WHERE ($1::TEXT IS NULL OR d.endpoint = $1) AND ($2::TEXT IS NULL OR d.status = $2)
+                   AND ($3::TEXT IS NULL OR e.id = $3) AND ($4::BIGINT IS NULL OR d.id < $4)
+                 ORDER BY d.id DESC LIMIT $5"
+            ),
+            &[
+                &filter.endpoint,
+                &filter.status.map(DeliveryStatus::as_str),
+                &filter.event_id,
+                &filter.before.map(|d| d.0),
+                &i64::from(filter.limit),
+            ],
+        )
+        .await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+
+    async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<(DeliveryRow, Vec<AttemptRow>)>> {
+        let conn = self.conn().await?;
+        let row = query_opt(
+            &conn,
+            &format!("SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = $1"),
+            &[&id.0],
+        )
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let attempts = query(
+            &conn,
+            "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note
+             FROM attempts WHERE delivery_id = $1 ORDER BY id",
+            &[&id.0],
+        )
+        .await?;
+        let attempts = attempts
+            .iter()
+            .map(|r| {
+                let error_kind = r
+                    .get::<_, Option<&str>>(5)
+                    .map(str::parse::<ErrorKind>)
+                    .transpose()
+                    .map_err(|e| StoreError::Internal(format!("bad error kind in the database: {e}")))?;
+                Ok(AttemptRow {
+                    round: u(r.get(0)),
+                    attempt: Attempt {
+                        n: u(r.get(1)),
+                        started_at: ts(r, 2),
+                        duration_ms: r.get::<_, i64>(3).max(0) as u64,
+                        status_code: r.get::<_, Option<i64>>(4).and_then(|c| u16::try_from(c).ok()),
+                        error_kind,
+                        error: r.get(6),
+                    },
+                    plugin_note: r.get(7),
+                })
+            })
+            .collect::<StoreResult<_>>()?;
+        Ok(Some((delivery_from_row(&row)?, attempts)))
+    }
+
+    async fn delivery_summary(
+        &self,
+        endpoint: &str,
+        from: DeliveryId,
+        to: DeliveryId,
+    ) -> StoreResult<Vec<(DeliveryStatus, u64)>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT status, COUNT(*) FROM deliveries WHERE endpoint = $1 AND id BETWEEN $2 AND $3 GROUP BY status",
+            &[&endpoint, &from.0, &to.0],
+        )
+        .await?;
+        rows.iter()
+            .map(|r| Ok((parse(r, 0)?, r.get::<_, i64>(1).max(0) as u64)))
+            .collect()
+    }
+
+    async fn endpoint_health(&self) -> StoreResult<Vec<(String, EndpointHealth)>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT endpoint, state, consecutive_failures, failing_since, last_success_at, changed_at
+             FROM endpoint_health ORDER BY endpoint",
+            &[],
+        )
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.get(0), health_from_row(r, 1)?)))
+            .collect()
+    }
+
+    async fn endpoint_history(&self, endpoint: &str, limit: u32) -> StoreResult<Vec<HistoryEntry>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT state, at, reason FROM (
+                 SELECT id, state, at, reason FROM endpoint_history WHERE endpoint = $1 ORDER BY id DESC LIMIT $2
+             ) h ORDER BY id",
+            &[&endpoint, &i64::from(limit)],
+        )
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(HistoryEntry {
+                    state: parse(r, 0)?,
+                    at: ts(r, 1),
+                    reason: r.get(2),
+                })
+            })
+            .collect()
+    }
+
+    async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
+        let conn = self.conn().await?;
+        idempotency_lookup(&conn, scope, key).await
+    }
+
+    async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let batch = i64::from(cutoffs.batch);
+        let ids: Vec<i64> = query(
+            &tx,
+            "SELECT id FROM deliveries WHERE updated_at < $1 AND status IN ('succeeded', 'failed', 'dead')
+             ORDER BY updated_at LIMIT $2",
+            &[&cutoffs.deliveries_before.as_millis(), &batch],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        let purged = Purged {
+            attempts: execute(&tx, "DELETE FROM attempts WHERE delivery_id = ANY($1)", &[&ids]).await?,
+            deliveries: execute(&tx, "DELETE FROM deliveries WHERE id = ANY($1)", &[&ids]).await?,
+            events: execute(
+                &tx,
+                "DELETE FROM events WHERE seq IN (
+                     SELECT seq FROM events e WHERE e.received_at < $1
+                       AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
+                     ORDER BY e.received_at LIMIT $2)",
+                &[&cutoffs.events_before.as_millis(), &batch],
+            )
+            .await?,
+            idempotency_keys: execute(
+                &tx,
+                "DELETE FROM idempotency WHERE (scope, key) IN (
+                     SELECT scope, key FROM idempotency WHERE created_at < $1 ORDER BY created_at LIMIT $2)",
+                &[&cutoffs.idempotency_before.as_millis(), &batch],
+            )
+            .await?,
+            history: execute(
+                &tx,
+                "DELETE FROM endpoint_history WHERE id IN (
+                     SELECT h.id FROM endpoint_history h WHERE h.at < $1
+                       AND h.id < (SELECT MAX(l.id) FROM endpoint_history l WHERE l.endpoint = h.endpoint)
+                     ORDER BY h.at LIMIT $2)",
+                &[&cutoffs.history_before.as_millis(), &batch],
+            )
+            .await?,
+        };
+        self.commit(tx).await?;
+        Ok(purged)
+    }
+
+    async fn set_size_limit(&self, max_bytes: Option<u64>) -> StoreResult<()> {
+        // Refused by config validation; a database server has its own quotas.
+        if max_bytes.is_some() {
+            return Err(StoreError::Internal(
+                "storage.max_size applies to the embedded SQLite store only".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Closes the pool and gives the node lock back at once, so that a node started next on
+    /// this database does not wait for the server to notice the closed session.
+    async fn close(&self) {
+        self.pool.close();
+        if let Err(e) = self
+            .node
+            .execute(&format!("SELECT pg_advisory_unlock({NODE_LOCK})"), &[])
+            .await
+        {
+            tracing::warn!(error = %e, "could not release the node lock; it goes with the connection");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The PostgreSQL schema and its migrations. Several nodes may start at once: the migrations
+//! run under an advisory lock, each in its own transaction, and a database whose schema is
+//! newer than this gateway's is refused.
+
+use tokio_postgres::Client;
+
+use crate::store::{StoreError, StoreResult};
+
+/// The advisory lock under which migrations run: one per schema.
+const MIGRATION_LOCK: &str = "hashtextextended('hookgate-migrations:' || current_schema(), 0)";
+
+/// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
+/// add the next. Times are milliseconds since the epoch (BIGINT), like the SQLite store's.
+const MIGRATIONS: &[&str] = &[r#"
+    CREATE TABLE events (
+        seq           BIGSERIAL PRIMARY KEY,
+        id            TEXT   NOT NULL,
+        topic         TEXT   NOT NULL,
+        event_type    TEXT   NOT NULL,
+        content_type  TEXT   NOT NULL,
+        payload       BYTEA  NOT NULL,
+        ordering_key  TEXT,
+        received_at   BIGINT NOT NULL,
+        UNIQUE (topic, id)
+    );
+    CREATE INDEX events_by_id ON events (id);
+    CREATE INDEX events_by_topic_time ON events (topic, received_at);
+    CREATE INDEX events_by_time ON events (received_at);
+
+    CREATE TABLE deliveries (
+        id                BIGSERIAL PRIMARY KEY,
+        event_seq         BIGINT NOT NULL,
+        endpoint          TEXT   NOT NULL,
+        status            TEXT   NOT NULL,
+        round             BIGINT NOT NULL DEFAULT 1,
+        attempt_count     BIGINT NOT NULL DEFAULT 0,
+        next_attempt_at   BIGINT,
+        last_error        TEXT,
+        created_at        BIGINT NOT NULL,
+        updated_at        BIGINT NOT NULL,
+        round_started_at  BIGINT NOT NULL
+    );
+    CREATE INDEX deliveries_pending ON deliveries (endpoint, next_attempt_at) WHERE status = 'pending';
+    CREATE INDEX deliveries_by_endpoint ON deliveries (endpoint, id);
+    CREATE INDEX deliveries_by_status ON deliveries (status, id);
+    CREATE INDEX deliveries_by_event ON deliveries (event_seq);
+    CREATE INDEX deliveries_by_update ON deliveries (updated_at);
+
+    CREATE TABLE attempts (
+        id           BIGSERIAL PRIMARY KEY,
+        delivery_id  BIGINT NOT NULL,
+        round        BIGINT NOT NULL,
+        n            BIGINT NOT NULL,
+        started_at   BIGINT NOT NULL,
+        duration_ms  BIGINT NOT NULL,
+        status_code  BIGINT,
+        error_kind   TEXT,
+        error        TEXT,
+        plugin_note  TEXT
+    );
+    CREATE INDEX attempts_by_delivery ON attempts (delivery_id, id);
+
+    CREATE TABLE endpoint_health (
+        endpoint              TEXT PRIMARY KEY,
+        state                 TEXT   NOT NULL,
+        consecutive_failures  BIGINT NOT NULL,
+        failing_since         BIGINT,
+        last_success_at       BIGINT,
+        changed_at            BIGINT
+    );
+
+    CREATE TABLE endpoint_history (
+        id        BIGSERIAL PRIMARY KEY,
+        endpoint  TEXT   NOT NULL,
+        state     TEXT   NOT NULL,
+        at        BIGINT NOT NULL,
+        reason    TEXT   NOT NULL
+    );
+    CREATE INDEX endpoint_history_by_endpoint ON endpoint_history (endpoint, id);
+    CREATE INDEX endpoint_history_by_time ON endpoint_history (at);
+
+    CREATE TABLE idempotency (
+        scope         TEXT   NOT NULL,
+        key           TEXT   NOT NULL,
+        request_hash  BYTEA  NOT NULL,
+        status        BIGINT NOT NULL,
+        response      BYTEA  NOT NULL,
+        created_at    BIGINT NOT NULL,
+        PRIMARY KEY (scope, key)
+    );
+    CREATE INDEX idempotency_by_time ON idempotency (created_at);
+    "#];
+
+/// Brings the schema up to this gateway's version; returns it.
+pub(super) async fn migrate(client: &mut Client) -> StoreResult<u32> {
+    client
+        .batch_execute("CREATE TABLE IF NOT EXISTS hookgate_schema (version BIGINT NOT NULL)")
+        .await?;
+    client
+        .query_one(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"), &[])
+        .await?;
+    let result = migrate_locked(client).await;
+    client
+        .query_one(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"), &[])
+        .await?;
+    result
+}
+
+async fn migrate_locked(client: &mut Client) -> StoreResult<u32> {
+    let current: i64 = client
+        .query_opt("SELECT version FROM hookgate_schema", &[])
+        .await?
+        .map_or(0, |row| row.get(0));
+    let target = MIGRATIONS.len() as i64;
+    if current > target {
+        return Err(StoreError::Internal(format!(
+            "the database has schema version {current}, newer than this gateway's {target}; \
+             upgrade the gateway"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = client.transaction().await?;
+        tx.batch_execute(sql).await?;
+        tx.execute("DELETE FROM hookgate_schema", &[]).await?;
+        tx.execute(
+            "INSERT INTO hookgate_schema (version) VALUES ($1)",
+            &[&(version as i64 + 1)],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(version = version + 1, "applied schema migration");
+    }
+    Ok(target as u32)
+}
+
+/// Sets the schema version (tests use it to fake a newer database).
+#[cfg(test)]
+pub(super) async fn force_version(client: &Client, version: i64) -> StoreResult<()> {
+    client
+        .execute("UPDATE hookgate_schema SET version = $1", &[&version])
+        .await?;
+    Ok(())
+}
