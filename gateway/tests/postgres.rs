@@ -98,3 +98,220 @@ fn drop_test_schemas(admin: &str) {
         }
     });
 }
+
+/// `hookgate migrate` copies a SQLite store into PostgreSQL with every id kept: the PostgreSQL
+/// store answers every read as the SQLite one did, new ids continue after the copied ones, and a
+/// second copy into the same (no longer empty) database is refused.
+#[test]
+fn migrate_copies_a_sqlite_store_into_postgresql_with_every_id_kept() {
+    let Ok(admin) = std::env::var("HOOKGATE_TEST_POSTGRES") else {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED migrate test: needs HOOKGATE_TEST_POSTGRES"
+        );
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("hookgate.db");
+        let sqlite = fill_sqlite(&db).await;
+        let schema = format!("hg_migrate_{}", std::process::id());
+        let url = schema_url(&admin, &schema).await;
+
+        let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["migrate", "--from"])
+            .arg(&db)
+            .env("HOOKGATE_MIGRATE_TO", &url)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("events: 1200 rows"), "{stdout}");
+        assert!(
+            !stdout.contains(&url) && !stdout.contains("postgres://"),
+            "the URL is never printed"
+        );
+
+        let pg = PgStore::open(&url, &Metrics::new()).await.unwrap();
+        assert_same_reads(&sqlite, &pg).await;
+        let newest = sqlite.deliveries(all()).await.unwrap()[0].id;
+        let Committed(fresh) = pg.ingest(batch(9999, None)).await.unwrap() else {
+            panic!("not committed")
+        };
+        assert!(fresh[0].id.0 > newest.0, "new ids continue after the copied ones");
+        pg.close().await;
+
+        let again = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(["migrate", "--from"])
+            .arg(&db)
+            .env("HOOKGATE_MIGRATE_TO", &url)
+            .output()
+            .unwrap();
+        assert!(!again.status.success());
+        assert!(String::from_utf8_lossy(&again.stderr).contains("copy into an empty one"));
+        drop_schema(&admin, &schema).await;
+    });
+}
+
+/// Drops one schema (the suite's run drops the `hg_it_` ones when it ends; this test runs
+/// beside it and must not touch them).
+async fn drop_schema(admin: &str, schema: &str) {
+    let (client, connection) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hookgate::health::{HealthInput, HealthRules};
+use hookgate::model::{Attempt, DeliveryStatus, Event, Timestamp};
+use hookgate::store::IngestOutcome::Committed;
+use hookgate::store::{
+    AttemptWrite, DeliveryFilter, HealthChange, IdempotencyRecord, IngestBatch, IngestItem, PgStore,
+    SqliteOptions, SqliteStore, StateChange, Store,
+};
+use hookgate::telemetry::Metrics;
+
+const T0: i64 = 1_767_225_600_000;
+
+fn batch(n: i64, idempotency: Option<IdempotencyRecord>) -> IngestBatch {
+    IngestBatch {
+        items: vec![IngestItem {
+            event: Arc::new(Event {
+                id: format!("evt_{n}"),
+                topic: "t".into(),
+                event_type: "order.created".into(),
+                content_type: "application/json".into(),
+                payload: Bytes::from(format!("{{\"n\":{n}}}")),
+                ordering_key: (n % 3 == 0).then(|| format!("k{}", n % 7)),
+                received_at: Timestamp::from_millis(T0 + n),
+            }),
+            endpoints: vec![Arc::from("a"), Arc::from("b")],
+        }],
+        idempotency,
+        now: Timestamp::from_millis(T0 + n),
+    }
+}
+
+/// A store with 1 200 events (2 400 deliveries, some attempted, some finished), an idempotency
+/// record, and an endpoint degraded by five failures (health and history).
+async fn fill_sqlite(path: &std::path::Path) -> SqliteStore {
+    let store = SqliteStore::open(SqliteOptions::new(path)).unwrap();
+    for n in 0..1200 {
+        let record = (n == 7).then(|| IdempotencyRecord {
+            scope: "anonymous".into(),
+            key: "key-7".into(),
+            request_hash: vec![7; 32],
+            status: 202,
+            response: Bytes::from_static(b"{\"id\":\"evt_7\"}"),
+            created_at: Timestamp::from_millis(T0 + n),
+        });
+        let Committed(ready) = store.ingest(batch(n, record)).await.unwrap() else {
+            panic!("not committed")
+        };
+        if n % 4 == 0 {
+            let attempt = Attempt {
+                n: 1,
+                started_at: Timestamp::from_millis(T0 + n + 5),
+                duration_ms: 12,
+                status_code: Some(if n % 8 == 0 { 200 } else { 503 }),
+                error_kind: None,
+                error: None,
+            };
+            let status = if n % 8 == 0 {
+                DeliveryStatus::Succeeded
+            } else {
+                DeliveryStatus::Pending
+            };
+            let write = AttemptWrite {
+                delivery: ready[0].id,
+                round: 1,
+                attempt,
+                plugin_note: Some("cloudevents@1a2b (0.3 ms)".into()),
+                status,
+                next_attempt_at: (status == DeliveryStatus::Pending)
+                    .then(|| Timestamp::from_millis(T0 + 60_000)),
+                last_error: None,
+            };
+            store
+                .apply(Arc::from([StateChange::Attempt(write)]))
+                .await
+                .unwrap();
+        }
+    }
+    for i in 0..5 {
+        let change = StateChange::Health(HealthChange {
+            endpoint: Arc::from("b"),
+            input: HealthInput::AttemptFailed { gone: false },
+            at: Timestamp::from_millis(T0 + i),
+            rules: HealthRules::default(),
+        });
+        store.apply(Arc::from([change])).await.unwrap();
+    }
+    store
+}
+
+fn all() -> DeliveryFilter {
+    DeliveryFilter {
+        limit: 10_000,
+        ..DeliveryFilter::default()
+    }
+}
+
+async fn assert_same_reads(a: &dyn Store, b: &dyn Store) {
+    let deliveries = a.deliveries(all()).await.unwrap();
+    assert_eq!(deliveries.len(), 2400);
+    assert_eq!(deliveries, b.deliveries(all()).await.unwrap());
+    for d in deliveries.iter().step_by(97) {
+        assert_eq!(a.delivery(d.id).await.unwrap(), b.delivery(d.id).await.unwrap());
+    }
+    assert_eq!(
+        a.pending_deliveries().await.unwrap(),
+        b.pending_deliveries().await.unwrap()
+    );
+    assert_eq!(
+        a.endpoint_health().await.unwrap(),
+        b.endpoint_health().await.unwrap()
+    );
+    assert_eq!(
+        a.endpoint_history("b", 10).await.unwrap(),
+        b.endpoint_history("b", 10).await.unwrap()
+    );
+    let key = a.idempotency_record("anonymous", "key-7").await.unwrap();
+    assert!(key.is_some());
+    assert_eq!(key, b.idempotency_record("anonymous", "key-7").await.unwrap());
+    let event = a.event("evt_33", None).await.unwrap();
+    assert_eq!(event.len(), 1);
+    assert_eq!(event, b.event("evt_33", None).await.unwrap());
+}
+
+/// A fresh schema in the test database, as a URL whose search path is that schema.
+async fn schema_url(admin: &str, schema: &str) -> String {
+    let (client, connection) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .unwrap();
+    let sep = if admin.contains('?') { '&' } else { '?' };
+    format!("{admin}{sep}options=-c%20search_path%3D{schema}")
+}

@@ -1,6 +1,7 @@
 //! The `hookgate` command line (README "Command line"): `serve`, `config check|schema`, `policy
 //! preview`, `plugin check`, and the operator commands that talk to a running gateway's API.
 
+mod migrate;
 mod ops;
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,17 @@ enum Command {
     },
     #[command(flatten)]
     Ops(ops::OpsCommand),
+    /// Copy a stopped gateway's SQLite store into an empty PostgreSQL database (ids kept),
+    /// to move it onto `storage.url`.
+    Migrate {
+        /// The SQLite file (`storage.path`).
+        #[arg(long)]
+        from: PathBuf,
+        /// The PostgreSQL URL; from the environment if not given, so that no password lands
+        /// in the shell history.
+        #[arg(long, env = "HOOKGATE_MIGRATE_TO", hide_env_values = true)]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,6 +181,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Ops(command) => ops::run(command),
+        Command::Migrate { from, to } => migrate::run(&from, &to),
     }
 }
 

@@ -102,6 +102,11 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// The schema version this gateway writes.
+pub(super) fn current_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
+
 pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<u32> {
     let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let target = MIGRATIONS.len() as u32;

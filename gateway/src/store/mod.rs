@@ -20,7 +20,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use postgres::PgStore;
+pub use postgres::{CopyProgress, PgStore, copy_sqlite_to_postgres};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};

@@ -11,7 +11,10 @@
 //! second node refuses to start (claiming work across nodes is not built yet; two nodes would
 //! each deliver every pending delivery).
 
+mod copy;
 mod schema;
+
+pub use copy::{CopyProgress, copy_sqlite_to_postgres};
 
 use std::str::FromStr;
 use std::sync::Arc;
