@@ -198,6 +198,10 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             keep(&mut new.plugins.call_timeout, &old.plugins.call_timeout),
         ),
         (
+            "plugins.call_wall_timeout",
+            keep(&mut new.plugins.call_wall_timeout, &old.plugins.call_wall_timeout),
+        ),
+        (
             "plugins.memory",
             keep(&mut new.plugins.memory_bytes, &old.plugins.memory_bytes),
         ),
@@ -344,6 +348,7 @@ impl Gateway {
         let (dir, cache_dir) = (config.plugins.dir.clone(), config.plugins.cache_dir.clone());
         let limits = PluginLimits {
             call_timeout: config.plugins.call_timeout,
+            call_wall_timeout: config.plugins.call_wall_timeout,
             memory_bytes: config.plugins.memory_bytes,
             output_bytes: config.plugins.max_output_bytes,
             ..PluginLimits::default()

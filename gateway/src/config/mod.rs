@@ -141,6 +141,9 @@ pub struct RawPlugins {
     pub cache_dir: Option<String>,
     /// CPU time a plugin call may take. Default `100ms`.
     pub call_timeout: Option<String>,
+    /// Wall-clock time a plugin call may take, sleeping, waiting and host calls included
+    /// (never less than `call_timeout`). Default `1s`.
+    pub call_wall_timeout: Option<String>,
     /// Linear memory a plugin instance may grow to. Default `32MiB`.
     pub memory: Option<String>,
     /// Largest body + headers a plugin may return. Default `1MiB`.
@@ -343,6 +346,7 @@ pub struct PluginsConfig {
     pub dir: PathBuf,
     pub cache_dir: PathBuf,
     pub call_timeout: Duration,
+    pub call_wall_timeout: Duration,
     pub memory_bytes: usize,
     pub max_output_bytes: usize,
 }
@@ -679,6 +683,11 @@ fn build(
             "plugins.call_timeout",
             raw.plugins.call_timeout.as_deref(),
             "100ms",
+        ),
+        call_wall_timeout: v.duration(
+            "plugins.call_wall_timeout",
+            raw.plugins.call_wall_timeout.as_deref(),
+            "1s",
         ),
         memory_bytes: v.size("plugins.memory", raw.plugins.memory.as_deref(), 32 << 20),
         max_output_bytes: v.size("plugins.max_output", raw.plugins.max_output.as_deref(), 1 << 20),

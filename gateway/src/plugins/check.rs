@@ -150,6 +150,16 @@ impl fmt::Display for CheckReport {
 /// An error means the file would be rejected by the gateway; a failed sample call is reported
 /// in the [`CheckReport`] instead.
 pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckReport> {
+    let size_bytes = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+        .len();
+    if size_bytes > limits.max_file_bytes {
+        anyhow::bail!(
+            "{}: {size_bytes} bytes is over the plugin file limit of {} bytes; not compiled",
+            path.display(),
+            limits.max_file_bytes
+        );
+    }
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let engine = PluginEngine::new(limits)?;
     let compiler = Compiler::new(&engine.engine, None)?;

@@ -1,13 +1,14 @@
 //! The sandbox's limits: one `Engine` with epoch interruption and a ticker thread, a per-call
-//! CPU deadline, a memory cap that fails with an error saying "memory", and the mapping of a
-//! failed call to a [`FailureDetail`].
+//! CPU deadline and wall-clock deadline, a memory cap that fails with an error saying "memory", and the mapping
+//! of a failed call to a [`FailureDetail`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter};
 
+use super::host::crypto::{HashBudgetExceeded, NoStandardWebhooksForm};
 use super::{FailureDetail, PluginLimits};
 
 /// How often the ticker thread advances the engine's epoch. A running plugin is checked (and
@@ -111,11 +112,33 @@ fn config(limits: &PluginLimits, pooling: bool) -> Config {
 /// Pool slots kept beyond `max_concurrent_calls` for load-time validation and `check`.
 pub(crate) const VALIDATION_SLOTS: u32 = 2;
 
-/// Raised inside a call whose CPU deadline passed.
-#[derive(Debug, thiserror::Error)]
-#[error("the plugin ran past its CPU deadline of {deadline_ms} ms")]
-pub(crate) struct DeadlineExceeded {
-    pub(crate) deadline_ms: u64,
+/// Raised inside a call that ran past one of its time limits.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+pub(crate) enum DeadlineExceeded {
+    #[error("the plugin ran past its CPU time limit of {limit_ms} ms")]
+    Cpu { limit_ms: u64 },
+    #[error(
+        "the plugin call ran past its wall-clock limit of {limit_ms} ms (sleeping, waiting and host calls count)"
+    )]
+    Wall { limit_ms: u64 },
+}
+
+fn millis(limit: Duration) -> u64 {
+    u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl DeadlineExceeded {
+    pub(crate) fn cpu(limits: &PluginLimits) -> Self {
+        DeadlineExceeded::Cpu {
+            limit_ms: millis(limits.call_timeout),
+        }
+    }
+
+    pub(crate) fn wall(limits: &PluginLimits) -> Self {
+        DeadlineExceeded::Wall {
+            limit_ms: millis(limits.wall_limit()),
+        }
+    }
 }
 
 /// Raised inside a call that tried to grow its memory past the cap.
@@ -184,18 +207,27 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
-/// Arms a store's CPU deadline for one call (again before every call of a reused instance,
-/// which replaces the previous call's deadline): the plugin may run `call_timeout` worth of epoch ticks,
-/// yielding to the async runtime at each tick, and fails with [`DeadlineExceeded`] after.
-/// Ticks spent waiting to be polled again are not counted, so a busy runtime does not eat a
-/// plugin's budget.
-pub(crate) fn arm_deadline<T: Send>(store: &mut wasmtime::Store<T>, call_timeout: Duration) {
-    let deadline_ms = u64::try_from(call_timeout.as_millis()).unwrap_or(u64::MAX);
-    let mut ticks_left = deadline_ticks(call_timeout);
+/// Arms a store's deadlines for one call (again before every call of a reused instance, which
+/// replaces the previous call's): the plugin may run `call_timeout` worth of epoch ticks,
+/// yielding to the async runtime at each tick, and fails with [`DeadlineExceeded::Cpu`] after;
+/// ticks spent waiting to be polled again are not counted, so a busy runtime does not eat a
+/// plugin's CPU budget. At every tick it also fails with [`DeadlineExceeded::Wall`] once
+/// `wall_deadline` has passed; time outside guest code (host calls, WASI sleeps and polls) is
+/// bounded by the caller's timer on the same deadline.
+pub(crate) fn arm_deadline<T: Send>(
+    store: &mut wasmtime::Store<T>,
+    limits: &PluginLimits,
+    wall_deadline: Instant,
+) {
+    let mut ticks_left = deadline_ticks(limits.call_timeout);
+    let (cpu, wall) = (DeadlineExceeded::cpu(limits), DeadlineExceeded::wall(limits));
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
+        if Instant::now() >= wall_deadline {
+            return Err(wasmtime::Error::new(wall));
+        }
         if ticks_left == 0 {
-            return Err(wasmtime::Error::new(DeadlineExceeded { deadline_ms }));
+            return Err(wasmtime::Error::new(cpu));
         }
         ticks_left -= 1;
         Ok(wasmtime::UpdateDeadline::Yield(1))
@@ -208,9 +240,34 @@ pub(crate) fn deadline_ticks(call_timeout: Duration) -> u64 {
     u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 
-/// What kind of failure a call's error is: the deadline, the memory cap, or any other trap.
+/// Frames of one function in a trap's backtrace (wasmtime keeps at most 20) from which an
+/// out-of-bounds access reads as a stack overflow.
+const RECURSION_FRAMES_MIN: usize = 16;
+
+/// Whether a trap's backtrace is a full one of (mostly) a single function calling itself. A
+/// Rust or C guest keeps its stack in linear memory below its data and never checks it: deep
+/// recursion runs the stack pointer below zero, and the first write there is an
+/// out-of-bounds access, not a wasmtime stack overflow.
+fn looks_like_recursion(backtrace: &wasmtime::WasmBacktrace) -> bool {
+    let frames = backtrace.frames();
+    let mut counts: std::collections::HashMap<(&str, u32), usize> = std::collections::HashMap::new();
+    for frame in frames {
+        *counts
+            .entry((frame.module().name().unwrap_or(""), frame.func_index()))
+            .or_default() += 1;
+    }
+    counts.values().any(|&n| n >= RECURSION_FRAMES_MIN)
+}
+
+/// What kind of failure a call's error is: the deadline, the memory cap, the hashing budget,
+/// a stack overflow, or any other trap.
 pub(crate) fn classify(error: &wasmtime::Error) -> FailureDetail {
     let mut detail = FailureDetail::Trap;
+    let mut out_of_bounds = false;
+    // wasmtime attaches the backtrace as context of the error, not as a cause.
+    let recursion = error
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .is_some_and(looks_like_recursion);
     for cause in error.chain() {
         if cause.is::<DeadlineExceeded>() {
             return FailureDetail::Timeout;
@@ -218,13 +275,24 @@ pub(crate) fn classify(error: &wasmtime::Error) -> FailureDetail {
         if cause.is::<MemoryCapExceeded>() {
             return FailureDetail::Memory;
         }
+        if cause.is::<HashBudgetExceeded>() {
+            return FailureDetail::CryptoBudget;
+        }
+        if cause.is::<NoStandardWebhooksForm>() {
+            return FailureDetail::BadSecret;
+        }
         if let Some(trap) = cause.downcast_ref::<wasmtime::Trap>() {
             match trap {
                 wasmtime::Trap::Interrupt | wasmtime::Trap::OutOfFuel => detail = FailureDetail::Timeout,
                 wasmtime::Trap::AllocationTooLarge => detail = FailureDetail::Memory,
+                wasmtime::Trap::StackOverflow => detail = FailureDetail::StackOverflow,
+                wasmtime::Trap::MemoryOutOfBounds => out_of_bounds = true,
                 _ => {}
             }
         }
+    }
+    if out_of_bounds && recursion {
+        return FailureDetail::StackOverflow;
     }
     detail
 }
@@ -256,7 +324,10 @@ mod tests {
 
     #[test]
     fn deadline_errors_classify_as_timeout() {
-        let err = wasmtime::Error::new(DeadlineExceeded { deadline_ms: 100 });
+        let limits = PluginLimits::default();
+        let wall = wasmtime::Error::new(DeadlineExceeded::wall(&limits));
+        assert_eq!(classify(&wall), FailureDetail::Timeout);
+        let err = wasmtime::Error::new(DeadlineExceeded::cpu(&limits));
         assert_eq!(classify(&err), FailureDetail::Timeout);
         assert_eq!(classify(&wasmtime::Error::msg("boom")), FailureDetail::Trap);
     }

@@ -28,6 +28,8 @@ pub(crate) struct CallState {
     pub(crate) limiter: CallLimiter,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) keys: crypto::CallKeys,
+    /// Bytes the host may hash for one call (`crypto.hmac` and `crypto.digest` together).
+    pub(crate) hash_bytes_per_call: u64,
     pub(crate) log: log::CallLog,
 }
 
@@ -46,6 +48,7 @@ impl CallState {
             limiter: CallLimiter::new(limits.memory_bytes),
             config,
             keys: crypto::CallKeys::default(),
+            hash_bytes_per_call: limits.hash_bytes_per_call,
             log: log::CallLog::new(plugin, version, limits.log_lines_per_call),
         }
     }
