@@ -271,3 +271,142 @@ async fn plugin_check_describes_a_component_and_refuses_garbage() {
     assert!(!out.status.success());
     assert!(!out.stderr.is_empty());
 }
+
+/// The endpoint's configured headers are credentials the plugins never see: a transform that
+/// writes every header it was given into its log and its error leaks nothing, and neither a
+/// transform nor a signer can replace the gateway's own headers or smuggle hop-by-hop ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_cannot_see_leak_or_forge_the_gateways_headers() {
+    const TOKEN: &str = "Bearer tok-4f9c2e7d1a";
+    const TEAM: &str = "team-credential-77";
+    const SECRET: &str = "whsec_c2VjcmV0LWtleS1ieXRlcw==";
+    let forged = [
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "hookgate-delivery-attempt",
+        "authorization",
+        "x-team",
+        "content-type",
+    ];
+    let sink = Sink::start().await;
+    let dir = dir_with_plugins(&["header-games", "forge-headers"]).await;
+    let endpoint = |name: &str, binding: &str| {
+        format!(
+            "  {name}:\n    url: {}\n    topics: [t]\n    policy: once\n    secret: \"{SECRET}\"\n    headers: {{ Authorization: \"{TOKEN}\", X-Team: \"{TEAM}\" }}\n    {binding}\n",
+            sink.url(&format!("/{name}"))
+        )
+    };
+    let mut yaml =
+        "policies:\n  once:\n    schedule: [0s, 1h]\n    jitter: 0\ntopics:\n  t: {}\nendpoints:\n"
+            .to_owned();
+    yaml.push_str(&endpoint("games", "transform: { plugin: header-games }"));
+    yaml.push_str(&endpoint(
+        "leaky",
+        "transform: { plugin: header-games, config: { fail: yes } }",
+    ));
+    yaml.push_str(&endpoint("signs", "signer: { plugin: forge-headers }"));
+    for name in forged {
+        yaml.push_str(&endpoint(
+            &format!("forges-{name}"),
+            &format!("signer: {{ plugin: forge-headers, config: {{ forge: {name} }} }}"),
+        ));
+    }
+    let gw = TestGateway::start_in(dir, &yaml, clock()).await;
+    let accepted = gw.ingest("t", "x", json!({"n": 1})).await;
+    let id = accepted["id"].as_str().unwrap();
+    let received = sink.wait_for(2, WAIT).await;
+    let at = |path: &str| received.iter().find(|r| r.path == path).unwrap();
+
+    let games = at("/games");
+    assert_eq!(
+        games.header("x-seen"),
+        "content-type",
+        "the transform saw only the content type"
+    );
+    assert_eq!(games.header("x-transformed"), "yes");
+    assert_eq!(games.header("webhook-id"), id);
+    assert_eq!(games.header("hookgate-delivery-attempt"), "1");
+    assert_eq!(games.header("authorization"), TOKEN);
+    assert_eq!(games.header("x-team"), TEAM);
+    for dropped in ["x-hop-secret", "expect", "transfer-encoding"] {
+        assert!(
+            games.headers.get(dropped).is_none(),
+            "{dropped} reached the receiver"
+        );
+    }
+
+    let signs = at("/signs");
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(&signs.body);
+    assert_eq!(
+        signs.header("x-forge-signature"),
+        hex::encode(mac.finalize().into_bytes())
+    );
+    assert_eq!(signs.header("webhook-id"), id);
+    assert_eq!(signs.header("authorization"), TOKEN);
+    for dropped in ["x-hop-secret", "expect", "keep-alive", "upgrade", "te"] {
+        assert!(
+            signs.headers.get(dropped).is_none(),
+            "{dropped} reached the receiver"
+        );
+    }
+
+    // Each forging signer fails its own attempt, naming the header; nothing is sent.
+    let mut records = Vec::new();
+    for name in forged {
+        let list = gw
+            .wait_until(&format!("/v1/deliveries?endpoint=forges-{name}"), WAIT, |l| {
+                l["deliveries"][0]["attempt_count"] == 1
+            })
+            .await;
+        let delivery = list["deliveries"][0]["id"].as_str().unwrap();
+        let (_, d) = gw.get(&format!("/v1/deliveries/{delivery}")).await;
+        let error = d["attempts"][0]["error"].as_str().unwrap();
+        assert_eq!(d["attempts"][0]["error_kind"], "plugin_error", "{d}");
+        assert!(
+            error.contains("invalid_output") && error.contains(&format!("`{name}`")),
+            "{error}"
+        );
+        records.push(d.to_string());
+    }
+    let list = gw
+        .wait_until("/v1/deliveries?endpoint=leaky", WAIT, |l| {
+            l["deliveries"][0]["attempt_count"] == 1
+        })
+        .await;
+    let leaky = list["deliveries"][0]["id"].as_str().unwrap();
+    let (_, d) = gw.get(&format!("/v1/deliveries/{leaky}")).await;
+    assert!(
+        d["attempts"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("leak: headers I was given"),
+        "{d}"
+    );
+    records.push(d.to_string());
+    assert_eq!(sink.count(), 2, "only the two honest endpoints were contacted");
+
+    // No credential, in any form, in an attempt record or a log line; the plugin did try.
+    let logs = crate::support::captured_logs();
+    assert!(
+        logs.contains("headers I was given: content-type="),
+        "the plugin's log line is there"
+    );
+    let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    for credential in [
+        TOKEN,
+        TEAM,
+        SECRET,
+        "tok-4f9c2e7d1a",
+        &b64(TOKEN),
+        &b64(TEAM),
+        &b64(SECRET),
+        "secret-key-bytes",
+    ] {
+        assert!(!logs.contains(credential), "{credential} in the log");
+        for record in &records {
+            assert!(!record.contains(credential), "{credential} in {record}");
+        }
+    }
+}
