@@ -202,6 +202,10 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             keep(&mut new.plugins.call_wall_timeout, &old.plugins.call_wall_timeout),
         ),
         (
+            "plugins.max_file_size",
+            keep(&mut new.plugins.max_file_bytes, &old.plugins.max_file_bytes),
+        ),
+        (
             "plugins.memory",
             keep(&mut new.plugins.memory_bytes, &old.plugins.memory_bytes),
         ),
@@ -349,6 +353,7 @@ impl Gateway {
         let limits = PluginLimits {
             call_timeout: config.plugins.call_timeout,
             call_wall_timeout: config.plugins.call_wall_timeout,
+            max_file_bytes: config.plugins.max_file_bytes,
             memory_bytes: config.plugins.memory_bytes,
             output_bytes: config.plugins.max_output_bytes,
             ..PluginLimits::default()

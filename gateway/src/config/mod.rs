@@ -148,6 +148,9 @@ pub struct RawPlugins {
     pub memory: Option<String>,
     /// Largest body + headers a plugin may return. Default `1MiB`.
     pub max_output: Option<String>,
+    /// Largest plugin file loaded; larger files are refused before they are compiled. Default
+    /// `32MiB`.
+    pub max_file_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -349,6 +352,7 @@ pub struct PluginsConfig {
     pub call_wall_timeout: Duration,
     pub memory_bytes: usize,
     pub max_output_bytes: usize,
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -691,6 +695,11 @@ fn build(
         ),
         memory_bytes: v.size("plugins.memory", raw.plugins.memory.as_deref(), 32 << 20),
         max_output_bytes: v.size("plugins.max_output", raw.plugins.max_output.as_deref(), 1 << 20),
+        max_file_bytes: v.size(
+            "plugins.max_file_size",
+            raw.plugins.max_file_size.as_deref(),
+            32 << 20,
+        ) as u64,
     };
 
     let mut allow_networks = Vec::new();

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use wasmtime::Store;
@@ -16,7 +16,7 @@ use super::bindings::{
 };
 use super::host::CallState;
 use super::host::crypto::SigningKey;
-use super::limits::{DeadlineExceeded, arm_deadline, classify};
+use super::limits::{DeadlineExceeded, PluginEngine, WallClock, arm_deadline, classify};
 use super::registry::Loaded;
 use super::{FailureDetail, PluginBackoffDecision, PluginFailure, PluginLimits, TransformResult, World};
 
@@ -133,7 +133,7 @@ pub(crate) struct Finished {
 /// `config`. For a signer, `keys` are the endpoint's keys, newest first (the first is passed
 /// to `sign`).
 pub(crate) async fn run(
-    engine: &wasmtime::Engine,
+    engine: &PluginEngine,
     loaded: &Arc<Loaded>,
     limits: &PluginLimits,
     config: &BTreeMap<String, String>,
@@ -167,13 +167,11 @@ pub(crate) async fn run(
         };
     }
 
-    // A CPU budget in epoch ticks for guest code, and one wall-clock limit for the whole call:
-    // guest code is stopped at its next epoch tick past the wall deadline; a call waiting in
-    // the host (a WASI sleep or poll, hashing) is dropped by the timer, which unwinds the
-    // guest's stack and drops its instance with it.
-    let deadline = Instant::now() + limits.wall_limit();
-    let call = run_on_instance(engine, loaded, limits, config, keys, input, idle, deadline);
-    match tokio::time::timeout_at(deadline.into(), call).await {
+    // A CPU budget in epoch ticks for guest code, and a wall-clock limit around the whole
+    // call: past it the call's future is dropped, which unwinds the guest's stack and drops
+    // its instance with it.
+    let call = run_on_instance(engine, loaded, limits, config, keys, input, idle);
+    match WallClock::new(call, limits.wall_limit()).await {
         Ok(Ok(finished)) => finished,
         Ok(Err((detail, message, before_export))) => Finished {
             result: Err(fail(detail, message, before_export)),
@@ -194,25 +192,24 @@ pub(crate) async fn run(
 /// before the export ran.
 type Failed = (FailureDetail, String, bool);
 
-/// The call on `idle` or a fresh instance, up to its answer; [`run`] holds the time limit.
-#[allow(clippy::too_many_arguments)]
+/// The call on `idle` or a fresh instance, up to its answer; [`run`] holds the wall-clock
+/// limit.
 async fn run_on_instance(
-    engine: &wasmtime::Engine,
+    engine: &PluginEngine,
     loaded: &Arc<Loaded>,
     limits: &PluginLimits,
     config: &BTreeMap<String, String>,
     keys: Vec<SigningKey>,
     input: CallInput,
     idle: Option<PluginInstance>,
-    deadline: Instant,
 ) -> Result<Finished, Failed> {
     let mut instance = match idle {
         Some(mut instance) => {
-            arm_deadline(&mut instance.store, limits, deadline);
+            arm_deadline(&mut instance.store, limits);
             instance
         }
         // A fresh instance's deadline is armed before instantiating: start-up code counts.
-        None => instantiate(engine, loaded, limits, config, deadline)
+        None => instantiate(engine, loaded, limits, config)
             .await
             .map_err(|(detail, message)| (detail, message, true))?,
     };
@@ -270,21 +267,21 @@ fn trap_message(detail: FailureDetail, error: &wasmtime::Error) -> String {
 /// instantiated from the cached `InstancePre`, its export looked up by the cached index and
 /// type-checked against the world.
 async fn instantiate(
-    engine: &wasmtime::Engine,
+    engine: &PluginEngine,
     loaded: &Arc<Loaded>,
     limits: &PluginLimits,
     config: &BTreeMap<String, String>,
-    deadline: Instant,
 ) -> Result<PluginInstance, (FailureDetail, String)> {
     let state = CallState::new(
         Arc::from(loaded.name.as_str()),
         Arc::clone(&loaded.version),
         Arc::new(config.clone()),
         limits,
+        Arc::clone(&engine.hashing),
     );
-    let mut store = Store::new(engine, state);
+    let mut store = Store::new(&engine.engine, state);
     store.limiter(|state| &mut state.limiter);
-    arm_deadline(&mut store, limits, deadline);
+    arm_deadline(&mut store, limits);
     let instance = loaded
         .pre
         .instantiate_async(&mut store)

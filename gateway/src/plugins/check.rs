@@ -177,16 +177,7 @@ pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckRep
     let (input, keys) = sample_input(loaded.world);
     let started = Instant::now();
     let config = empty_config();
-    let result = block_on_side(call::run(
-        compiler.engine(),
-        &loaded,
-        limits,
-        &config,
-        keys,
-        input,
-        None,
-    ))?
-    .result;
+    let result = block_on_side(call::run(&engine, &loaded, limits, &config, keys, input, None))?.result;
     let sample_time = started.elapsed();
     let sample = match result {
         Ok(output) => Ok(describe(&output)),

@@ -1,10 +1,11 @@
 //! The sandbox's limits: one `Engine` with epoch interruption and a ticker thread, a per-call
-//! CPU deadline and wall-clock deadline, a memory cap that fails with an error saying "memory", and the mapping
+//! CPU deadline and wall-clock limit ([`WallClock`]), a memory cap that fails with an error saying "memory", and the mapping
 //! of a failed call to a [`FailureDetail`].
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter};
 
@@ -31,6 +32,9 @@ pub(crate) struct PluginEngine {
     pub(crate) engine: Engine,
     /// True when the pooling allocator could reserve its address space.
     pub(crate) pooling: bool,
+    /// Host hashing takes turns through this, one slice at a time across the host, so that it
+    /// never occupies more than one of the runtime's threads at once (see `host::crypto`).
+    pub(crate) hashing: Arc<tokio::sync::Semaphore>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -75,6 +79,7 @@ impl PluginEngine {
         Ok(PluginEngine {
             engine,
             pooling,
+            hashing: Arc::new(tokio::sync::Semaphore::new(HASHING_TURNS)),
             ticker_stop,
         })
     }
@@ -108,6 +113,9 @@ fn config(limits: &PluginLimits, pooling: bool) -> Config {
     }
     config
 }
+
+/// Hashing slices that may run at once across the host.
+const HASHING_TURNS: usize = 1;
 
 /// Pool slots kept beyond `max_concurrent_calls` for load-time validation and `check`.
 pub(crate) const VALIDATION_SLOTS: u32 = 2;
@@ -207,31 +215,125 @@ impl ResourceLimiter for CallLimiter {
     }
 }
 
-/// Arms a store's deadlines for one call (again before every call of a reused instance, which
-/// replaces the previous call's): the plugin may run `call_timeout` worth of epoch ticks,
-/// yielding to the async runtime at each tick, and fails with [`DeadlineExceeded::Cpu`] after;
-/// ticks spent waiting to be polled again are not counted, so a busy runtime does not eat a
-/// plugin's CPU budget. At every tick it also fails with [`DeadlineExceeded::Wall`] once
-/// `wall_deadline` has passed; time outside guest code (host calls, WASI sleeps and polls) is
-/// bounded by the caller's timer on the same deadline.
-pub(crate) fn arm_deadline<T: Send>(
-    store: &mut wasmtime::Store<T>,
-    limits: &PluginLimits,
-    wall_deadline: Instant,
-) {
+/// Arms a store's CPU deadline for one call (again before every call of a reused instance,
+/// which replaces the previous call's deadline): the plugin may run `call_timeout` worth of
+/// epoch ticks, yielding to the async runtime at each tick, and fails with
+/// [`DeadlineExceeded::Cpu`] after. Ticks spent waiting to be polled again are not counted, so
+/// a busy runtime does not eat a plugin's budget. Time outside guest code is [`WallClock`]'s.
+pub(crate) fn arm_deadline<T: Send>(store: &mut wasmtime::Store<T>, limits: &PluginLimits) {
     let mut ticks_left = deadline_ticks(limits.call_timeout);
-    let (cpu, wall) = (DeadlineExceeded::cpu(limits), DeadlineExceeded::wall(limits));
+    let cpu = DeadlineExceeded::cpu(limits);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
-        if Instant::now() >= wall_deadline {
-            return Err(wasmtime::Error::new(wall));
-        }
         if ticks_left == 0 {
             return Err(wasmtime::Error::new(cpu));
         }
         ticks_left -= 1;
         Ok(wasmtime::UpdateDeadline::Yield(1))
     });
+}
+
+/// The wall-clock limit around a whole call: guest code, host calls, and the guest sleeping
+/// or waiting on a WASI pollable all count. What does not count is the time the call waits to
+/// be polled again after it yielded (at an epoch tick, between hashing slices): that is the
+/// gateway's own runtime being busy, which must not fail a plugin, and it is the same time the
+/// CPU deadline leaves out. A call that yields is polled again at once by the runtime, so it
+/// is recognised by having woken itself before it returned.
+///
+/// When the limit passes, the next poll ends the call: its future (the guest's fiber, its
+/// instance) is dropped.
+pub(crate) struct WallClock<F> {
+    call: Pin<Box<F>>,
+    deadline: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// When the call last yielded, until it is polled again.
+    yielded_at: Option<tokio::time::Instant>,
+}
+
+/// The call ran past its wall-clock limit.
+#[derive(Debug)]
+pub(crate) struct WallClockElapsed;
+
+impl<F: Future> WallClock<F> {
+    pub(crate) fn new(call: F, limit: Duration) -> Self {
+        let deadline = tokio::time::Instant::now() + limit;
+        WallClock {
+            call: Box::pin(call),
+            deadline,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            yielded_at: None,
+        }
+    }
+}
+
+impl<F: Future> Future for WallClock<F> {
+    type Output = Result<F::Output, WallClockElapsed>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        if let Some(yielded_at) = this.yielded_at.take() {
+            // Waiting in the runtime's queue is not the plugin's time.
+            this.deadline += yielded_at.elapsed();
+            this.timer.as_mut().reset(this.deadline);
+        }
+        if tokio::time::Instant::now() >= this.deadline {
+            return std::task::Poll::Ready(Err(WallClockElapsed));
+        }
+        let woke = Arc::new(WokeFlag {
+            woke: AtomicBool::new(false),
+            waker: cx.waker().clone(),
+        });
+        let waker = std::task::Waker::from(Arc::clone(&woke));
+        if let std::task::Poll::Ready(output) = this
+            .call
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker))
+        {
+            return std::task::Poll::Ready(Ok(output));
+        }
+        if woke.woke.load(Ordering::Acquire) {
+            this.yielded_at = Some(tokio::time::Instant::now());
+            return std::task::Poll::Pending;
+        }
+        match this.timer.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(WallClockElapsed)),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+/// Lets the runtime run other tasks before this one goes on, the way wasmtime yields at an
+/// epoch tick: the task wakes itself before it returns `Pending`, so [`WallClock`] counts the
+/// wait as the runtime's time. (`tokio::task::yield_now` defers its wake, which would look like
+/// a wait of the plugin's own.)
+pub(crate) async fn yield_to_runtime() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}
+
+/// A waker that remembers whether it was woken, passing the wake on.
+struct WokeFlag {
+    woke: AtomicBool,
+    waker: std::task::Waker,
+}
+
+impl std::task::Wake for WokeFlag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woke.store(true, Ordering::Release);
+        self.waker.wake_by_ref();
+    }
 }
 
 /// The number of epoch ticks in `call_timeout`, at least one.
@@ -314,6 +416,53 @@ mod tests {
     fn a_grow_past_the_declared_maximum_is_refused_not_trapped() {
         let mut limiter = CallLimiter::new(1000);
         assert!(!limiter.memory_growing(10, 50, Some(20)).unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_wall_clock_ends_a_call_that_waits_past_its_limit() {
+        let started = std::time::Instant::now();
+        let sleeping = WallClock::new(
+            tokio::time::sleep(Duration::from_secs(20)),
+            Duration::from_millis(50),
+        );
+        assert!(sleeping.await.is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let quick = WallClock::new(
+            tokio::time::sleep(Duration::from_millis(1)),
+            Duration::from_secs(5),
+        );
+        assert!(quick.await.is_ok());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn time_a_yielded_call_waits_for_a_busy_runtime_is_not_counted() {
+        // Each time the call yields, another task holds the runtime's one thread for 20 ms.
+        let busy = tokio::spawn(async {
+            for _ in 0..10 {
+                std::thread::sleep(Duration::from_millis(20));
+                tokio::task::yield_now().await;
+            }
+        });
+        let started = std::time::Instant::now();
+        let yielding = WallClock::new(
+            async {
+                for _ in 0..10 {
+                    yield_to_runtime().await;
+                }
+            },
+            Duration::from_millis(50),
+        );
+        assert!(yielding.await.is_ok(), "only the runtime's time passed");
+        assert!(
+            started.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+        busy.await.unwrap();
     }
 
     #[test]

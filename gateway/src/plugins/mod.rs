@@ -52,11 +52,11 @@ pub struct PluginLimits {
     /// deadline and fails with `timeout`. Ticks spent waiting for the runtime to poll the call
     /// again are not counted, so a busy gateway does not eat a plugin's budget.
     pub call_timeout: Duration,
-    /// Wall-clock time one call may take, counted from when it got its call slot: everything
-    /// counts, the guest's sleeping or waiting on a WASI pollable and host calls included.
-    /// Guest code is checked at every epoch tick, anything else by a timer, so a call is
-    /// stopped within a few milliseconds of it and fails with `timeout`. Never less than
-    /// `call_timeout`.
+    /// Wall-clock time one call may take, counted from when it got its call slot: guest code,
+    /// host calls, and the guest sleeping or waiting on a WASI pollable all count; only the
+    /// time the gateway's busy runtime keeps a call waiting after it yielded does not (as for
+    /// `call_timeout`). Past it the call is ended at its next poll or by a timer, within a few
+    /// milliseconds, and fails with `timeout`. Never less than `call_timeout`.
     pub call_wall_timeout: Duration,
     /// Linear memory one instance may grow to, all of the component's memories together. A
     /// reused instance counts what it grew to in its earlier calls.
@@ -107,7 +107,7 @@ impl Default for PluginLimits {
             log_lines_per_call: 20,
             max_concurrent_calls: 64,
             hash_bytes_per_call: 8 << 20,
-            max_file_bytes: 64 << 20,
+            max_file_bytes: 32 << 20,
             min_backoff_delay: Duration::from_secs(1),
             max_backoff_delay: Duration::from_secs(72 * 3600),
             idle_instances: 32,
@@ -623,7 +623,7 @@ impl PluginHost {
         // The key borrows from `input`, which the call consumes: keep what the pool needs.
         let owned_key = key.map(|key| (key.endpoint_name.to_owned(), key.endpoint_url.to_owned()));
         let Finished { result, reusable } = call::run(
-            &self.inner.engine.engine,
+            &self.inner.engine,
             &loaded,
             &self.inner.limits,
             &binding.config,

@@ -207,7 +207,7 @@ impl PluginHost {
         let (input, keys) = sample_input(loaded.world);
         // A fresh instance, dropped after the call: the sample is not any binding's call.
         let result = call::run(
-            &self.inner.engine.engine,
+            &self.inner.engine,
             loaded,
             &self.inner.limits,
             &empty_config(),

@@ -5,6 +5,10 @@
 //! in one call counts against [`crate::plugins::PluginLimits::hash_bytes_per_call`], and the
 //! hashing itself runs in slices of [`HASH_SLICE_BYTES`] that yield to the runtime between
 //! them, so a large `hmac` neither holds a runtime worker nor outlives the call's time limit.
+//! The slices of all calls take turns through one host-wide gate: however many plugins hash at
+//! once, hashing occupies at most one of the runtime's threads at a time.
+
+use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
@@ -14,6 +18,7 @@ use super::CallState;
 use crate::delivery::signing::{WHSEC_PREFIX, signing_key};
 use crate::model::Secret;
 use crate::plugins::bindings::crypto::{HashAlgorithm, Host, HostSigningKey, KeyForm};
+use crate::plugins::limits::yield_to_runtime;
 
 /// How many times one call may ask for the rotating keys. Each answer creates new handles in
 /// the call's resource table; the cap keeps a looping guest from growing host memory.
@@ -137,16 +142,19 @@ impl Hashing {
         }
     }
 
-    /// Hashes `data` in slices, yielding to the runtime between them.
-    async fn run(mut self, data: &[u8]) -> Vec<u8> {
+    /// Hashes `data` in slices, each on a turn of `gate`, yielding to the runtime between them.
+    async fn run(mut self, data: Vec<u8>, gate: Arc<tokio::sync::Semaphore>) -> wasmtime::Result<Vec<u8>> {
         let mut slices = data.chunks(HASH_SLICE_BYTES).peekable();
         while let Some(slice) = slices.next() {
-            self.update(slice);
+            {
+                let _turn = gate.acquire().await?;
+                self.update(slice);
+            }
             if slices.peek().is_some() {
-                tokio::task::yield_now().await;
+                yield_to_runtime().await;
             }
         }
-        self.finish()
+        Ok(self.finish())
     }
 }
 
@@ -229,12 +237,14 @@ impl Host for CallState {
     ) -> wasmtime::Result<Vec<u8>> {
         self.charge_hashing(data.len())?;
         let hashing = Hashing::hmac(self.table().get(&key)?.bytes(form)?, algorithm);
-        Ok(hashing.run(&data).await)
+        hashing.run(data, Arc::clone(&self.hashing)).await
     }
 
     async fn digest(&mut self, algorithm: HashAlgorithm, data: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
         self.charge_hashing(data.len())?;
-        Ok(Hashing::digest(algorithm).run(&data).await)
+        Hashing::digest(algorithm)
+            .run(data, Arc::clone(&self.hashing))
+            .await
     }
 
     fn rotating_keys(&mut self) -> wasmtime::Result<Vec<Resource<SigningKey>>> {
@@ -257,9 +267,14 @@ impl Host for CallState {
 mod tests {
     use super::*;
 
+    fn gate() -> Arc<tokio::sync::Semaphore> {
+        Arc::new(tokio::sync::Semaphore::new(1))
+    }
+
     fn hmac_hex(key: &SigningKey, form: KeyForm, data: &[u8]) -> String {
         let hashing = Hashing::hmac(key.bytes(form).unwrap(), HashAlgorithm::Sha256);
-        hex::encode(futures_util::FutureExt::now_or_never(hashing.run(data)).unwrap_or_default())
+        let one_slice = futures_util::FutureExt::now_or_never(hashing.run(data.to_vec(), gate()));
+        hex::encode(one_slice.expect("one slice is hashed at once").unwrap())
     }
 
     #[test]
@@ -291,14 +306,14 @@ mod tests {
     fn hashing_in_slices_gives_the_one_shot_answer() {
         let data = vec![7u8; HASH_SLICE_BYTES * 3 + 5];
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let sliced = runtime.block_on(Hashing::digest(HashAlgorithm::Sha512).run(&data));
-        assert_eq!(sliced, Sha512::digest(&data).to_vec());
+        let digest = runtime.block_on(Hashing::digest(HashAlgorithm::Sha512).run(data.clone(), gate()));
+        assert_eq!(digest.unwrap(), Sha512::digest(&data).to_vec());
         let key = SigningKey::from_secret(&Secret::new("k")).unwrap();
         let hashing = Hashing::hmac(key.bytes(KeyForm::AsWritten).unwrap(), HashAlgorithm::Sha256);
         let mut mac = Hmac::<Sha256>::new_from_slice(b"k").unwrap();
         mac.update(&data);
         assert_eq!(
-            runtime.block_on(hashing.run(&data)),
+            runtime.block_on(hashing.run(data, gate())).unwrap(),
             mac.finalize().into_bytes().to_vec()
         );
     }
