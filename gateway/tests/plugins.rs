@@ -1239,7 +1239,9 @@ async fn a_plugin_burning_host_crypto_fails_at_its_budget_or_time_limit_without_
 
     // With a budget too large to matter, the wall-clock limit stops it (hashing is host time,
     // which the CPU limit does not see), and the hashing, sliced and yielding, does not hold
-    // the runtime's threads meanwhile.
+    // the runtime's threads meanwhile. Each host call hashes 4 MiB: copying a host call's
+    // arguments in is a step no limit can cut short, and other burners' copies are the
+    // runtime being busy, which the wall clock leaves out.
     let unbudgeted = host_with_limits(
         &["crypto-burn", "cloudevents"],
         PluginLimits {
@@ -1254,10 +1256,7 @@ async fn a_plugin_burning_host_crypto_fails_at_its_budget_or_time_limit_without_
             let host = unbudgeted.host.clone();
             tokio::spawn(async move {
                 let failure = host
-                    .sign(
-                        &binding("crypto-burn", &[("mib", "16")]),
-                        sign_input(b"x", &["k"]),
-                    )
+                    .sign(&binding("crypto-burn", &[("mib", "4")]), sign_input(b"x", &["k"]))
                     .await
                     .unwrap_err();
                 (failure, started.elapsed())

@@ -1,6 +1,6 @@
 //! The sandbox's limits: one `Engine` with epoch interruption and a ticker thread, a per-call
-//! CPU deadline and wall-clock limit ([`WallClock`]), a memory cap that fails with an error saying "memory", and the mapping
-//! of a failed call to a [`FailureDetail`].
+//! CPU deadline and wall-clock limit ([`WallClock`]), a memory cap that fails with an error
+//! saying "memory", and the mapping of a failed call to a [`FailureDetail`].
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -235,10 +235,11 @@ pub(crate) fn arm_deadline<T: Send>(store: &mut wasmtime::Store<T>, limits: &Plu
 
 /// The wall-clock limit around a whole call: guest code, host calls, and the guest sleeping
 /// or waiting on a WASI pollable all count. What does not count is the time the call waits to
-/// be polled again after it yielded (at an epoch tick, between hashing slices): that is the
-/// gateway's own runtime being busy, which must not fail a plugin, and it is the same time the
-/// CPU deadline leaves out. A call that yields is polled again at once by the runtime, so it
-/// is recognised by having woken itself before it returned.
+/// be polled again after guest code yielded at an epoch tick: that is the gateway's own
+/// runtime being busy, which must not fail a plugin, and it is the same time the CPU deadline
+/// leaves out. Such a yield is recognised by the call having woken itself before it returned
+/// (wasmtime's yield does; a host wait, and tokio's deferred `yield_now` between hashing
+/// slices, do not, so they count).
 ///
 /// When the limit passes, the next poll ends the call: its future (the guest's fiber, its
 /// instance) is dropped.
@@ -300,23 +301,6 @@ impl<F: Future> Future for WallClock<F> {
             std::task::Poll::Pending => std::task::Poll::Pending,
         }
     }
-}
-
-/// Lets the runtime run other tasks before this one goes on, the way wasmtime yields at an
-/// epoch tick: the task wakes itself before it returns `Pending`, so [`WallClock`] counts the
-/// wait as the runtime's time. (`tokio::task::yield_now` defers its wake, which would look like
-/// a wait of the plugin's own.)
-pub(crate) async fn yield_to_runtime() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            return std::task::Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await;
 }
 
 /// A waker that remembers whether it was woken, passing the wake on.
@@ -416,6 +400,23 @@ mod tests {
     fn a_grow_past_the_declared_maximum_is_refused_not_trapped() {
         let mut limiter = CallLimiter::new(1000);
         assert!(!limiter.memory_growing(10, 50, Some(20)).unwrap());
+    }
+
+    /// Lets the runtime run other tasks before this one goes on, the way wasmtime yields at an
+    /// epoch tick: the task wakes itself before it returns `Pending`, so [`WallClock`] counts the
+    /// wait as the runtime's time. (`tokio::task::yield_now` defers its wake, which would look like
+    /// a wait of the plugin's own, as host hashing wants.)
+    async fn yield_to_runtime() {
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if yielded {
+                return std::task::Poll::Ready(());
+            }
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+        .await;
     }
 
     #[tokio::test]
