@@ -78,27 +78,8 @@ impl PluginHost {
                 tracing::warn!(file = %path.display(), plugin = %name, "two files name the same plugin (`-` and `_` count as the same); ignoring this one");
                 continue;
             }
-            let max_file_bytes = self.inner.limits.max_file_bytes;
-            let bytes = match read_plugin_file(&path, max_file_bytes).await {
-                Ok(bytes) => bytes,
-                Err(PluginFileError::TooLarge(size_bytes)) => {
-                    // Not read, not compiled: remembered by size so that it is said once.
-                    let sha256: [u8; 32] = Sha256::digest(format!("too large: {size_bytes}")).into();
-                    if !self.rejected_before(&name, &sha256) {
-                        tracing::warn!(
-                            file = %path.display(), plugin = %name, size_bytes, max_file_bytes,
-                            "plugin file refused without compiling it: {size_bytes} bytes is over the limit of {max_file_bytes} bytes"
-                        );
-                        metrics::counter!("hookgate_plugin_reload_failures_total").increment(1);
-                        self.remember_rejection(&name, sha256);
-                        changed = true;
-                    }
-                    continue;
-                }
-                Err(PluginFileError::Io(e)) => {
-                    tracing::warn!(file = %path.display(), error = %e, "cannot read a plugin file; keeping what is loaded");
-                    continue;
-                }
+            let Some(bytes) = self.read_file(&name, &path, &mut changed).await else {
+                continue;
             };
             let sha256: [u8; 32] = Sha256::digest(&bytes).into();
             if current.get(&name).is_some_and(|l| l.sha256 == sha256) {
@@ -157,6 +138,33 @@ impl PluginHost {
             self.inner.changes.send_modify(|generation| *generation += 1);
         }
         Ok(())
+    }
+
+    /// The content of plugin `name`'s file, or `None` when it cannot be read or is over the
+    /// size limit. A file over the limit is refused without being read or compiled, said once
+    /// per size (which sets `changed`, as any rejection does).
+    async fn read_file(&self, name: &str, path: &std::path::Path, changed: &mut bool) -> Option<Vec<u8>> {
+        let max_file_bytes = self.inner.limits.max_file_bytes;
+        match read_plugin_file(path, max_file_bytes).await {
+            Ok(bytes) => Some(bytes),
+            Err(PluginFileError::TooLarge(size_bytes)) => {
+                let sha256: [u8; 32] = Sha256::digest(format!("too large: {size_bytes}")).into();
+                if !self.rejected_before(name, &sha256) {
+                    tracing::warn!(
+                        file = %path.display(), plugin = %name, size_bytes, max_file_bytes,
+                        "plugin file refused without compiling it: {size_bytes} bytes is over the limit of {max_file_bytes} bytes"
+                    );
+                    metrics::counter!("hookgate_plugin_reload_failures_total").increment(1);
+                    self.remember_rejection(name, sha256);
+                    *changed = true;
+                }
+                None
+            }
+            Err(PluginFileError::Io(e)) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot read a plugin file; keeping what is loaded");
+                None
+            }
+        }
     }
 
     async fn rescan_logged(&self) {
