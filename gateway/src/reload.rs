@@ -198,6 +198,14 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             keep(&mut new.plugins.call_timeout, &old.plugins.call_timeout),
         ),
         (
+            "plugins.call_wall_timeout",
+            keep(&mut new.plugins.call_wall_timeout, &old.plugins.call_wall_timeout),
+        ),
+        (
+            "plugins.max_file_size",
+            keep(&mut new.plugins.max_file_bytes, &old.plugins.max_file_bytes),
+        ),
+        (
             "plugins.memory",
             keep(&mut new.plugins.memory_bytes, &old.plugins.memory_bytes),
         ),

@@ -212,6 +212,8 @@ async fn start_plugins(config: &Config, metrics: &Metrics) -> anyhow::Result<Plu
     let (dir, cache_dir) = (config.plugins.dir.clone(), config.plugins.cache_dir.clone());
     let limits = PluginLimits {
         call_timeout: config.plugins.call_timeout,
+        call_wall_timeout: config.plugins.call_wall_timeout,
+        max_file_bytes: config.plugins.max_file_bytes,
         memory_bytes: config.plugins.memory_bytes,
         output_bytes: config.plugins.max_output_bytes,
         ..PluginLimits::default()

@@ -185,6 +185,16 @@ impl Validator<'_> {
                 raw.call_timeout.as_deref(),
                 defaults::PLUGIN_CALL_TIMEOUT,
             ),
+            call_wall_timeout: self.duration(
+                "plugins.call_wall_timeout",
+                raw.call_wall_timeout.as_deref(),
+                defaults::PLUGIN_CALL_WALL_TIMEOUT,
+            ),
+            max_file_bytes: self.size(
+                "plugins.max_file_size",
+                raw.max_file_size.as_deref(),
+                defaults::PLUGIN_MAX_FILE_BYTES,
+            ) as u64,
             memory_bytes: self.size(
                 "plugins.memory",
                 raw.memory.as_deref(),

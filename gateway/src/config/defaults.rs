@@ -17,6 +17,8 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub const PLUGIN_CALL_TIMEOUT: Duration = Duration::from_millis(100);
+pub const PLUGIN_CALL_WALL_TIMEOUT: Duration = Duration::from_secs(1);
+pub const PLUGIN_MAX_FILE_BYTES: usize = 32 << 20;
 pub const PLUGIN_MEMORY_BYTES: usize = 32 << 20;
 pub const PLUGIN_MAX_OUTPUT_BYTES: usize = 1 << 20;
 

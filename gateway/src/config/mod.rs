@@ -160,8 +160,10 @@ pub struct PluginsConfig {
     pub dir: PathBuf,
     pub cache_dir: PathBuf,
     pub call_timeout: Duration,
+    pub call_wall_timeout: Duration,
     pub memory_bytes: usize,
     pub max_output_bytes: usize,
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, Clone)]

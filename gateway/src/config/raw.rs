@@ -84,10 +84,16 @@ pub struct RawPlugins {
     pub cache_dir: Option<String>,
     /// CPU time a plugin call may take. Default `100ms`.
     pub call_timeout: Option<String>,
+    /// Wall-clock time a plugin call may take, sleeping, waiting and host calls included
+    /// (never less than `call_timeout`). Default `1s`.
+    pub call_wall_timeout: Option<String>,
     /// Linear memory a plugin instance may grow to. Default `32MiB`.
     pub memory: Option<String>,
     /// Largest body + headers a plugin may return. Default `1MiB`.
     pub max_output: Option<String>,
+    /// Largest plugin file loaded; larger files are refused before they are compiled. Default
+    /// `32MiB`.
+    pub max_file_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

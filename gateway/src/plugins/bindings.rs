@@ -8,8 +8,13 @@ wasmtime::component::bindgen!({
     world: "plugin-host",
     path: "../wit",
     // Host functions return `wasmtime::Result`: an error is a host bug or an abuse the host
-    // refuses (a stale handle, too many key requests) and traps the plugin's call.
-    imports: { default: trappable },
+    // refuses (a stale handle, too many key requests, hashing over budget) and traps the
+    // plugin's call. Hashing is async: it yields to the runtime between slices of its input.
+    imports: {
+        "hookgate:plugin/crypto.hmac": async | trappable,
+        "hookgate:plugin/crypto.digest": async | trappable,
+        default: trappable,
+    },
     with: {
         "hookgate:plugin/crypto.signing-key": super::host::crypto::SigningKey,
     },

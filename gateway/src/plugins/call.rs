@@ -16,7 +16,7 @@ use super::bindings::{
 };
 use super::host::CallState;
 use super::host::crypto::SigningKey;
-use super::limits::{arm_deadline, classify};
+use super::limits::{DeadlineExceeded, PluginEngine, WallClock, arm_deadline, classify};
 use super::registry::Loaded;
 use super::{FailureDetail, PluginBackoffDecision, PluginFailure, PluginLimits, TransformResult, World};
 
@@ -133,7 +133,7 @@ pub(crate) struct Finished {
 /// `config`. For a signer, `keys` are the endpoint's keys, newest first (the first is passed
 /// to `sign`).
 pub(crate) async fn run(
-    engine: &wasmtime::Engine,
+    engine: &PluginEngine,
     loaded: &Arc<Loaded>,
     limits: &PluginLimits,
     config: &BTreeMap<String, String>,
@@ -167,51 +167,99 @@ pub(crate) async fn run(
         };
     }
 
+    // A CPU budget in epoch ticks for guest code, and a wall-clock limit around the whole
+    // call: past it the call's future is dropped, which unwinds the guest's stack and drops
+    // its instance with it.
+    let call = run_on_instance(engine, loaded, limits, config, keys, input, idle);
+    match WallClock::new(call, limits.wall_limit()).await {
+        Ok(Ok(finished)) => finished,
+        Ok(Err((detail, message, before_export))) => Finished {
+            result: Err(fail(detail, message, before_export)),
+            reusable: None,
+        },
+        Err(_) => Finished {
+            result: Err(fail(
+                FailureDetail::Timeout,
+                DeadlineExceeded::wall(limits).to_string(),
+                false,
+            )),
+            reusable: None,
+        },
+    }
+}
+
+/// A failed call before [`PluginFailure`] names its plugin: what, why, and whether it failed
+/// before the export ran.
+type Failed = (FailureDetail, String, bool);
+
+/// The call on `idle` or a fresh instance, up to its answer; [`run`] holds the wall-clock
+/// limit.
+async fn run_on_instance(
+    engine: &PluginEngine,
+    loaded: &Arc<Loaded>,
+    limits: &PluginLimits,
+    config: &BTreeMap<String, String>,
+    keys: Vec<SigningKey>,
+    input: CallInput,
+    idle: Option<PluginInstance>,
+) -> Result<Finished, Failed> {
     let mut instance = match idle {
         Some(mut instance) => {
-            arm_deadline(&mut instance.store, limits.call_timeout);
+            arm_deadline(&mut instance.store, limits);
             instance
         }
         // A fresh instance's deadline is armed before instantiating: start-up code counts.
-        None => match instantiate(engine, loaded, limits, config).await {
-            Ok(instance) => instance,
-            Err((detail, message)) => {
-                return Finished {
-                    result: Err(fail(detail, message, true)),
-                    reusable: None,
-                };
-            }
-        },
+        None => instantiate(engine, loaded, limits, config)
+            .await
+            .map_err(|(detail, message)| (detail, message, true))?,
     };
     instance.calls += 1;
     instance.store.data_mut().begin_call(keys);
     match call_export(&mut instance, limits, input).await {
         Ok(output) => {
             instance.store.data_mut().end_call();
-            Finished {
+            let reusable = instance.worth_keeping(limits).then_some(instance);
+            Ok(Finished {
                 result: Ok(output),
-                reusable: instance.worth_keeping(limits).then_some(instance),
-            }
+                reusable,
+            })
         }
         // The plugin's own error is an ordinary answer: the instance is as sound as after a
-        // success.
+        // success. `run` names the plugin in the failure.
         Err(Ended::Answered(FailureDetail::Plugin, message)) => {
             instance.store.data_mut().end_call();
-            Finished {
-                result: Err(fail(FailureDetail::Plugin, message, false)),
-                reusable: instance.worth_keeping(limits).then_some(instance),
-            }
+            let reusable = instance.worth_keeping(limits).then_some(instance);
+            Ok(Finished {
+                result: Err(CallError {
+                    failure: PluginFailure {
+                        plugin: loaded.name.clone(),
+                        version: Some(loaded.version.to_string()),
+                        detail: FailureDetail::Plugin,
+                        message,
+                    },
+                    before_export: false,
+                }),
+                reusable,
+            })
         }
         // Anything else (a trap, the deadline, the memory cap, an answer over the output cap
         // or not valid HTTP, a missing key) drops the instance with this call.
-        Err(Ended::Answered(detail, message)) => Finished {
-            result: Err(fail(detail, message, false)),
-            reusable: None,
-        },
-        Err(Ended::Trapped(e)) => Finished {
-            result: Err(fail(classify(&e), format!("{e:#}"), false)),
-            reusable: None,
-        },
+        Err(Ended::Answered(detail, message)) => Err((detail, message, false)),
+        Err(Ended::Trapped(e)) => {
+            let detail = classify(&e);
+            Err((detail, trap_message(detail, &e), false))
+        }
+    }
+}
+
+/// What the attempt log says about a trap: wasmtime's own words, led by what they mean when
+/// they would mislead (a stack overflow in linear memory reads "out of bounds memory access").
+fn trap_message(detail: FailureDetail, error: &wasmtime::Error) -> String {
+    match detail {
+        FailureDetail::StackOverflow => {
+            format!("the plugin's stack overflowed (recursion too deep): {error:#}")
+        }
+        _ => format!("{error:#}"),
     }
 }
 
@@ -219,7 +267,7 @@ pub(crate) async fn run(
 /// instantiated from the cached `InstancePre`, its export looked up by the cached index and
 /// type-checked against the world.
 async fn instantiate(
-    engine: &wasmtime::Engine,
+    engine: &PluginEngine,
     loaded: &Arc<Loaded>,
     limits: &PluginLimits,
     config: &BTreeMap<String, String>,
@@ -229,10 +277,11 @@ async fn instantiate(
         Arc::clone(&loaded.version),
         Arc::new(config.clone()),
         limits,
+        Arc::clone(&engine.hashing),
     );
-    let mut store = Store::new(engine, state);
+    let mut store = Store::new(&engine.engine, state);
     store.limiter(|state| &mut state.limiter);
-    arm_deadline(&mut store, limits.call_timeout);
+    arm_deadline(&mut store, limits);
     let instance = loaded
         .pre
         .instantiate_async(&mut store)
@@ -364,7 +413,8 @@ async fn call_export(
             match answer {
                 Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
                 Ok(Decision::RetryInMs(ms)) => {
-                    let wait = Duration::from_millis(ms).min(limits.max_backoff_delay);
+                    let floor = limits.min_backoff_delay.min(limits.max_backoff_delay);
+                    let wait = Duration::from_millis(ms).clamp(floor, limits.max_backoff_delay);
                     CallOutput::Backoff(PluginBackoffDecision::RetryIn(wait))
                 }
                 Ok(Decision::GiveUp(reason)) => {

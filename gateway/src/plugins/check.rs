@@ -112,7 +112,7 @@ pub struct CheckReport {
     pub size_bytes: u64,
     pub sha256: String,
     pub compile_time: Duration,
-    /// What the plugin answered on the sample input (SPEC's sample order event), or how it failed.
+    /// What the plugin answered on the sample input (a sample `order.created` event), or how it failed.
     pub sample: Result<String, PluginFailure>,
     /// How long the sample call took, fresh store and instantiation included.
     pub sample_time: Duration,
@@ -150,6 +150,16 @@ impl fmt::Display for CheckReport {
 /// An error means the file would be rejected by the gateway; a failed sample call is reported
 /// in the [`CheckReport`] instead.
 pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckReport> {
+    let size_bytes = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+        .len();
+    if size_bytes > limits.max_file_bytes {
+        anyhow::bail!(
+            "{}: {size_bytes} bytes is over the plugin file limit of {} bytes; not compiled",
+            path.display(),
+            limits.max_file_bytes
+        );
+    }
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let engine = PluginEngine::new(limits)?;
     // A check's figures are not the gateway's: they go to a recorder nobody reads.
@@ -168,16 +178,7 @@ pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckRep
     let (input, keys) = sample_input(loaded.world);
     let started = Instant::now();
     let config = empty_config();
-    let result = block_on_side(call::run(
-        compiler.engine(),
-        &loaded,
-        limits,
-        &config,
-        keys,
-        input,
-        None,
-    ))?
-    .result;
+    let result = block_on_side(call::run(&engine, &loaded, limits, &config, keys, input, None))?.result;
     let sample_time = started.elapsed();
     let sample = match result {
         Ok(output) => Ok(describe(&output)),

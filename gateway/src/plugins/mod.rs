@@ -8,13 +8,16 @@
 //! config (and, during the call, that call's keys): a fresh one, or an idle instance that
 //! served earlier calls of the very same binding (plugin version, endpoint, config), so a
 //! plugin may see state it kept itself but never another endpoint's. Each call runs under a
-//! CPU deadline, a memory cap and an output cap; any failure fails only that call, as a
-//! [`PluginFailure`] whose [`FailureDetail`] the attempt log records under `plugin_error`, and
-//! drops the instance that failed (only the plugin's own `plugin-error` keeps it).
+//! CPU time limit and a wall-clock limit, a memory cap, an output cap and a hashing budget, in one of its
+//! plugin's own call slots (so a stuck plugin queues only its own calls); any failure fails
+//! only that call, as a [`PluginFailure`] whose [`FailureDetail`] the attempt log records under
+//! `plugin_error`, and drops the instance that failed (only the plugin's own `plugin-error`
+//! keeps it). [`headers`] holds the rules for which headers a plugin may touch.
 
 mod bindings;
 mod call;
 mod check;
+pub mod headers;
 mod host;
 mod limits;
 mod pool;
@@ -47,8 +50,15 @@ use registry::{Compiler, Loaded, PluginMap};
 pub struct PluginLimits {
     /// CPU time one call may use (instantiation included, when the call needs a new
     /// instance), enforced with epoch ticks of 2 ms: a call is stopped within a tick of its
-    /// deadline and fails with `timeout`.
+    /// deadline and fails with `timeout`. Ticks spent waiting for the runtime to poll the call
+    /// again are not counted, so a busy gateway does not eat a plugin's budget.
     pub call_timeout: Duration,
+    /// Wall-clock time one call may take, counted from when it got its call slot: guest code,
+    /// host calls, and the guest sleeping or waiting on a WASI pollable all count; only the
+    /// time the gateway's busy runtime keeps a call waiting after it yielded does not (as for
+    /// `call_timeout`). Past it the call is ended at its next poll or by a timer, within a few
+    /// milliseconds, and fails with `timeout`. Never less than `call_timeout`.
+    pub call_wall_timeout: Duration,
     /// Linear memory one instance may grow to, all of the component's memories together. A
     /// reused instance counts what it grew to in its earlier calls.
     pub memory_bytes: usize,
@@ -57,9 +67,21 @@ pub struct PluginLimits {
     pub output_bytes: usize,
     /// `log` lines one call may write; more are counted and dropped.
     pub log_lines_per_call: u32,
-    /// Plugin calls that may run at once across the host; more wait their turn. Also sizes
-    /// the pooling allocator.
+    /// Plugin calls that may run at once across the host. Also sizes the pooling allocator.
+    /// The slots are shared out equally among the loaded plugins (at least one each), and a
+    /// call waits only for a slot of its own plugin: a plugin whose calls all run to their
+    /// time limit delays its own calls, never another plugin's (as long as the folder holds no
+    /// more plugins than this).
     pub max_concurrent_calls: u32,
+    /// Bytes the host hashes for one call, `crypto.hmac` and `crypto.digest` together; a call
+    /// that asks for more fails with `crypto_budget`.
+    pub hash_bytes_per_call: u64,
+    /// The largest plugin file loaded; a larger file is refused before it is read in full or
+    /// compiled (compile time and compiled-code size grow with it).
+    pub max_file_bytes: u64,
+    /// The shortest wait a backoff plugin may ask for; shorter answers are raised to it, so a
+    /// plugin cannot turn retries into a tight loop against a failing receiver.
+    pub min_backoff_delay: Duration,
     /// The longest wait a backoff plugin may ask for; longer answers are clamped to it. The
     /// retry policy's own limits (attempt count, deadline) still apply after this.
     pub max_backoff_delay: Duration,
@@ -80,14 +102,25 @@ impl Default for PluginLimits {
     fn default() -> Self {
         PluginLimits {
             call_timeout: Duration::from_millis(100),
+            call_wall_timeout: Duration::from_secs(1),
             memory_bytes: 32 << 20,
             output_bytes: 1 << 20,
             log_lines_per_call: 20,
             max_concurrent_calls: 64,
+            hash_bytes_per_call: 8 << 20,
+            max_file_bytes: 32 << 20,
+            min_backoff_delay: Duration::from_secs(1),
             max_backoff_delay: Duration::from_secs(72 * 3600),
             idle_instances: 32,
             reuse_max_growth_bytes: 4 << 20,
         }
+    }
+}
+
+impl PluginLimits {
+    /// The wall-clock limit of a call: `call_wall_timeout`, at least `call_timeout`.
+    pub fn wall_limit(&self) -> Duration {
+        self.call_wall_timeout.max(self.call_timeout)
     }
 }
 
@@ -173,7 +206,7 @@ pub struct SignInput {
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Bytes,
     /// The endpoint's secrets, newest first. Host-side only: the plugin gets handles and asks
-    /// the host for HMACs (docs/writing-a-plugin.md says how a secret becomes key bytes).
+    /// the host for HMACs, keyed with the secret as written or its Standard Webhooks form.
     pub secrets: Vec<Secret>,
 }
 
@@ -210,10 +243,14 @@ pub enum FailureDetail {
     Missing,
     /// The plugin implements another world than the binding needs.
     WrongWorld,
-    /// The call ran past its CPU deadline.
+    /// The call ran past its CPU time limit or its wall-clock limit.
     Timeout,
     /// The call tried to grow memory past its cap.
     Memory,
+    /// The plugin's stack overflowed (deep or endless recursion).
+    StackOverflow,
+    /// The plugin asked the host to hash more bytes than one call may.
+    CryptoBudget,
     /// The plugin trapped (panic, `unreachable`, a denied host call that aborted it, ...).
     Trap,
     /// The answer was larger than the output cap.
@@ -233,6 +270,8 @@ impl FailureDetail {
             FailureDetail::WrongWorld => "wrong_world",
             FailureDetail::Timeout => "timeout",
             FailureDetail::Memory => "memory",
+            FailureDetail::StackOverflow => "stack_overflow",
+            FailureDetail::CryptoBudget => "crypto_budget",
             FailureDetail::Trap => "trap",
             FailureDetail::OutputTooLarge => "output_too_large",
             FailureDetail::InvalidOutput => "invalid_output",
@@ -257,6 +296,21 @@ pub struct PluginFailure {
     pub version: Option<String>,
     pub detail: FailureDetail,
     pub message: String,
+}
+
+/// One plugin's share of the host's call slots.
+struct PluginSlots {
+    share: usize,
+    semaphore: tokio::sync::Semaphore,
+}
+
+impl PluginSlots {
+    fn new(share: usize) -> Self {
+        PluginSlots {
+            share,
+            semaphore: tokio::sync::Semaphore::new(share),
+        }
+    }
 }
 
 /// How often a [`PluginHost`] found a compiled artifact in its cache.
@@ -290,6 +344,8 @@ struct Inner {
     /// not retried (nor logged again) until it changes.
     rejected: std::sync::Mutex<HashMap<String, [u8; 32]>>,
     calls: tokio::sync::Semaphore,
+    /// Each loaded plugin's share of the call slots, by name; replaced with the registry.
+    plugin_slots: ArcSwap<HashMap<String, Arc<PluginSlots>>>,
     validations: tokio::sync::Semaphore,
     /// Idle instances of the loaded versions, for the next call of their binding.
     pool: InstancePool,
@@ -328,6 +384,7 @@ impl PluginHost {
                 registry: ArcSwap::from_pointee(PluginMap::new()),
                 rejected: std::sync::Mutex::new(HashMap::new()),
                 calls,
+                plugin_slots: ArcSwap::from_pointee(HashMap::new()),
                 validations,
                 pool,
                 changes: tokio::sync::watch::channel(0).0,
@@ -471,8 +528,8 @@ impl PluginHost {
     }
 
     /// Asks the backoff plugin bound by `binding` for the wait before the next attempt. The
-    /// answer is clamped to [`PluginLimits::max_backoff_delay`]; the policy applies its own
-    /// limits after this.
+    /// answer is clamped between [`PluginLimits::min_backoff_delay`] and
+    /// [`PluginLimits::max_backoff_delay`]; the policy applies its own limits after this.
     pub async fn backoff(
         &self,
         binding: &PluginBinding,
@@ -493,6 +550,35 @@ impl PluginHost {
             CallOutput::Backoff(decision) => Ok(decision),
             other => unreachable_output(binding, other),
         }
+    }
+
+    /// Plugin `name`'s share of the call slots. A plugin unloaded since its call looked it up
+    /// gets a single slot of its own.
+    fn slots_of(&self, name: &str) -> Arc<PluginSlots> {
+        self.inner
+            .plugin_slots
+            .load()
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(PluginSlots::new(1)))
+    }
+
+    /// Shares the call slots out among the plugins of `loaded`, before it becomes the
+    /// registry: `max_concurrent_calls / plugins` each, at least one. A plugin whose share did
+    /// not change keeps its slots; calls holding slots of a replaced share finish on them.
+    fn share_slots(&self, loaded: &PluginMap) {
+        let total = self.inner.limits.max_concurrent_calls.max(1) as usize;
+        let share = (total / loaded.len().max(1)).max(1);
+        let current = self.inner.plugin_slots.load();
+        let slots = loaded
+            .keys()
+            .map(|name| {
+                let kept = current.get(name).filter(|slots| slots.share == share).cloned();
+                let slots = kept.unwrap_or_else(|| Arc::new(PluginSlots::new(share)));
+                (name.clone(), slots)
+            })
+            .collect();
+        self.inner.plugin_slots.store(Arc::new(slots));
     }
 
     fn lookup(&self, name: &str) -> Option<Arc<Loaded>> {
@@ -522,12 +608,16 @@ impl PluginHost {
                 ),
             });
         };
-        let _permit = self.inner.calls.acquire().await.map_err(|_| PluginFailure {
+        // Its own slot first: a plugin whose calls all run to the limit queues only itself.
+        let shutting_down = |_: tokio::sync::AcquireError| PluginFailure {
             plugin: name.clone(),
             version: Some(loaded.version.to_string()),
             detail: FailureDetail::Trap,
             message: "the plugin host is shutting down".to_owned(),
-        })?;
+        };
+        let own_slots = self.slots_of(&name);
+        let _own_permit = own_slots.semaphore.acquire().await.map_err(shutting_down)?;
+        let _permit = self.inner.calls.acquire().await.map_err(shutting_down)?;
         let started = std::time::Instant::now();
         let key = input.endpoint().map(|endpoint| BindingKey {
             load_id: loaded.load_id,
@@ -542,7 +632,7 @@ impl PluginHost {
         // The key borrows from `input`, which the call consumes: keep what the pool needs.
         let owned_key = key.map(|key| (key.endpoint_name.to_owned(), key.endpoint_url.to_owned()));
         let Finished { result, reusable } = call::run(
-            &self.inner.engine.engine,
+            &self.inner.engine,
             &loaded,
             &self.inner.limits,
             &binding.config,

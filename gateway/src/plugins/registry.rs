@@ -99,10 +99,6 @@ impl Compiler {
         })
     }
 
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// The cached artifact's path for a file with this SHA-256.
     pub(crate) fn artifact_path(&self, sha256: &[u8; 32]) -> Option<PathBuf> {
         let dir = self.artifacts_dir.as_ref()?;

@@ -78,12 +78,8 @@ impl PluginHost {
                 tracing::warn!(file = %path.display(), plugin = %name, "two files name the same plugin (`-` and `_` count as the same); ignoring this one");
                 continue;
             }
-            let bytes = match tokio::fs::read(&path).await {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    tracing::warn!(file = %path.display(), error = %e, "cannot read a plugin file; keeping what is loaded");
-                    continue;
-                }
+            let Some(bytes) = self.read_file(&name, &path, &mut changed).await else {
+                continue;
             };
             let sha256: [u8; 32] = Sha256::digest(&bytes).into();
             if current.get(&name).is_some_and(|l| l.sha256 == sha256) {
@@ -135,12 +131,40 @@ impl PluginHost {
             .retain(|name, _| present.contains(name));
         if changed {
             let live: HashSet<u64> = next.values().map(|loaded| loaded.load_id).collect();
+            self.share_slots(&next);
             self.inner.registry.store(Arc::new(next));
             // Idle instances of replaced or deleted versions would never be taken again.
             self.inner.pool.retain_versions(|load_id| live.contains(&load_id));
             self.inner.changes.send_modify(|generation| *generation += 1);
         }
         Ok(())
+    }
+
+    /// The content of plugin `name`'s file, or `None` when it cannot be read or is over the
+    /// size limit. A file over the limit is refused without being read or compiled, said once
+    /// per size (which sets `changed`, as any rejection does).
+    async fn read_file(&self, name: &str, path: &std::path::Path, changed: &mut bool) -> Option<Vec<u8>> {
+        let max_file_bytes = self.inner.limits.max_file_bytes;
+        match read_plugin_file(path, max_file_bytes).await {
+            Ok(bytes) => Some(bytes),
+            Err(PluginFileError::TooLarge(size_bytes)) => {
+                let sha256: [u8; 32] = Sha256::digest(format!("too large: {size_bytes}")).into();
+                if !self.rejected_before(name, &sha256) {
+                    tracing::warn!(
+                        file = %path.display(), plugin = %name, size_bytes, max_file_bytes,
+                        "plugin file refused without compiling it: {size_bytes} bytes is over the limit of {max_file_bytes} bytes"
+                    );
+                    self.inner.metrics.plugin_reload_failures().increment(1);
+                    self.remember_rejection(name, sha256);
+                    *changed = true;
+                }
+                None
+            }
+            Err(PluginFileError::Io(e)) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot read a plugin file; keeping what is loaded");
+                None
+            }
+        }
     }
 
     async fn rescan_logged(&self) {
@@ -191,7 +215,7 @@ impl PluginHost {
         let (input, keys) = sample_input(loaded.world);
         // A fresh instance, dropped after the call: the sample is not any binding's call.
         let result = call::run(
-            &self.inner.engine.engine,
+            &self.inner.engine,
             loaded,
             &self.inner.limits,
             &empty_config(),
@@ -213,4 +237,35 @@ impl PluginHost {
             }
         }
     }
+}
+
+/// Why a plugin file was not read.
+#[derive(Debug)]
+pub(crate) enum PluginFileError {
+    /// The file is larger than the limit (its size, in bytes).
+    TooLarge(u64),
+    Io(std::io::Error),
+}
+
+/// Reads a plugin file of at most `max_bytes`: its size is checked before reading, and the
+/// read stops past the limit should the file grow meanwhile.
+pub(crate) async fn read_plugin_file(
+    path: &std::path::Path,
+    max_bytes: u64,
+) -> Result<Vec<u8>, PluginFileError> {
+    use tokio::io::AsyncReadExt as _;
+    let file = tokio::fs::File::open(path).await.map_err(PluginFileError::Io)?;
+    let size_bytes = file.metadata().await.map_err(PluginFileError::Io)?.len();
+    if size_bytes > max_bytes {
+        return Err(PluginFileError::TooLarge(size_bytes));
+    }
+    let mut bytes = Vec::with_capacity(size_bytes as usize);
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(PluginFileError::Io)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(PluginFileError::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
 }

@@ -1,7 +1,7 @@
 //! The four SNS backoff curves (docs/policies.md, "SNS delivery policies").
 //!
-//! AWS publishes only a chart of these functions, no formulas. We use the formulas of the
-//! SPEC: their shapes match the chart, the first delay is always `min` and the last is always
+//! AWS publishes only a chart of these functions, no formulas. We use the formulas written out
+//! in docs/policies.md ("The backoff curves"): their shapes match the chart, the first delay is always `min` and the last is always
 //! `max`, and every curve rises monotonically in between, so a user who reads the SNS
 //! documentation gets the schedule they expect.
 
@@ -95,7 +95,7 @@ mod tests {
     use super::*;
 
     /// The seed example: N = 10, 5 → 260 s, rounded to whole seconds.
-    const SPEC_TABLE: [(BackoffFunction, [u32; 10]); 4] = [
+    const SEED_TABLE: [(BackoffFunction, [u32; 10]); 4] = [
         (
             BackoffFunction::Linear,
             [5, 33, 62, 90, 118, 147, 175, 203, 232, 260],
@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn every_curve_reproduces_the_spec_table_for_ten_retries_from_5_to_260_s() {
-        for (function, expected) in SPEC_TABLE {
+        for (function, expected) in SEED_TABLE {
             let rounded: Vec<u32> = (1..=10)
                 .map(|i| function.delay_s(i, 10, 5.0, 260.0).round() as u32)
                 .collect();

@@ -14,10 +14,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 use crate::clock::{Clock, SystemClock};
 use crate::config::EndpointConfig;
 use crate::delivery::{OutgoingRequest, Sender, signing};
-use crate::model::{Attempt, ErrorKind, Event, Outcome, Timestamp};
+use crate::model::{Attempt, ErrorKind, Event, Outcome, PluginBinding, Timestamp};
+use crate::plugins::headers as plugin_headers;
 use crate::plugins::{
-    BackoffInput, EventInfo, PluginBackoffDecision, PluginFailure, PluginHost, SignInput, TransformInput,
-    TransformResult,
+    BackoffInput, EventInfo, FailureDetail, PluginBackoffDecision, PluginFailure, PluginHost, SignInput,
+    TransformInput, TransformResult,
 };
 use crate::policy::{BackoffDecision, Policy};
 
@@ -181,6 +182,11 @@ fn plugin_failed(failure: PluginFailure) -> AttemptResult {
     })
 }
 
+/// Builds the request and sends it. Plugins never see the endpoint's configured headers
+/// (they may be credentials): a transform gets the content type and answers the base of the
+/// request, the endpoint's headers and the standard headers are set over it, and a signer sees
+/// that request without the configured headers and may only add new names (see
+/// [`crate::plugins::headers`]).
 async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>) -> AttemptResult {
     let endpoint = input.endpoint;
     let event = input.event;
@@ -191,56 +197,17 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
     if let Ok(value) = HeaderValue::from_str(content_type) {
         headers.insert(header::CONTENT_TYPE, value);
     }
-    for (name, value) in &endpoint.headers {
-        headers.insert(name.clone(), value.clone());
-    }
     let mut body: Bytes = event.payload.clone();
 
     if let Some(binding) = &endpoint.transform {
-        let call = Instant::now();
-        let answer = env
-            .plugins
-            .transform(
-                binding,
-                TransformInput {
-                    endpoint_name: endpoint.name.to_string(),
-                    endpoint_url: endpoint.url.to_string(),
-                    event: event_info(event),
-                    delivery_id: input.delivery_id.clone(),
-                    attempt: input.attempt,
-                    now_ms: now.as_millis().max(0) as u64,
-                    headers: header_list(&headers),
-                    body: body.clone(),
-                },
-            )
-            .await;
-        notes.push(note(
-            &env.plugins,
-            &binding.plugin,
-            call.elapsed(),
-            answer.as_ref().err(),
-        ));
-        match answer {
-            Ok(TransformResult::Forward {
-                headers: new_headers,
-                body: new_body,
-            }) => {
-                headers = match header_map(&new_headers) {
-                    Ok(map) => map,
-                    Err(detail) => {
-                        return AttemptResult::Sent(Outcome::Failed {
-                            kind: ErrorKind::PluginError,
-                            status: None,
-                            retry_after: None,
-                            detail: format!("plugin `{}` returned {detail}", binding.plugin),
-                        });
-                    }
-                };
-                body = new_body;
-            }
-            Ok(TransformResult::Drop { reason }) => return AttemptResult::Dropped { reason },
-            Err(failure) => return plugin_failed(failure),
+        match transform(env, input, binding, &headers, &body, now, notes).await {
+            Ok(Some((new_headers, new_body))) => (headers, body) = (new_headers, new_body),
+            Ok(None) => {}
+            Err(result) => return result,
         }
+    }
+    for (name, value) in &endpoint.headers {
+        headers.insert(name.clone(), value.clone());
     }
 
     // The signature timestamp is real wall time even under --time-scale: receivers check it
@@ -260,46 +227,12 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
     }
 
     if let Some(binding) = &endpoint.signer {
-        let call = Instant::now();
-        let answer = env
-            .plugins
-            .sign(
-                binding,
-                SignInput {
-                    endpoint_name: endpoint.name.to_string(),
-                    endpoint_url: endpoint.url.to_string(),
-                    delivery_id: input.delivery_id.clone(),
-                    attempt: input.attempt,
-                    now_ms: SystemClock.now().as_millis().max(0) as u64,
-                    headers: header_list(&headers),
-                    body: body.clone(),
-                    secrets: endpoint.secrets.clone(),
-                },
-            )
-            .await;
-        notes.push(note(
-            &env.plugins,
-            &binding.plugin,
-            call.elapsed(),
-            answer.as_ref().err(),
-        ));
-        match answer {
-            Ok(signed) => match header_map(&signed) {
-                Ok(signed) => {
-                    for (name, value) in &signed {
-                        headers.insert(name.clone(), value.clone());
-                    }
-                }
-                Err(detail) => {
-                    return AttemptResult::Sent(Outcome::Failed {
-                        kind: ErrorKind::PluginError,
-                        status: None,
-                        retry_after: None,
-                        detail: format!("plugin `{}` returned {detail}", binding.plugin),
-                    });
-                }
-            },
-            Err(failure) => return plugin_failed(failure),
+        let signed = match sign(env, input, binding, &headers, &body, notes).await {
+            Ok(signed) => signed,
+            Err(result) => return result,
+        };
+        for (name, value) in &signed {
+            headers.append(name.clone(), value.clone());
         }
     }
 
@@ -316,6 +249,111 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
         )
         .await;
     AttemptResult::Sent(sent.outcome)
+}
+
+/// Runs the transform on the request so far: `Ok(Some(..))` is the new base (headers the
+/// transform may set, and body), `Err` how the attempt ends instead (a drop or a failure).
+async fn transform(
+    env: &AttemptEnv,
+    input: &AttemptInput<'_>,
+    binding: &PluginBinding,
+    headers: &HeaderMap,
+    body: &Bytes,
+    now: Timestamp,
+    notes: &mut Vec<String>,
+) -> Result<Option<(HeaderMap, Bytes)>, AttemptResult> {
+    let endpoint = input.endpoint;
+    let call = Instant::now();
+    let answer = env
+        .plugins
+        .transform(
+            binding,
+            TransformInput {
+                endpoint_name: endpoint.name.to_string(),
+                endpoint_url: endpoint.url.to_string(),
+                event: event_info(input.event),
+                delivery_id: input.delivery_id.clone(),
+                attempt: input.attempt,
+                now_ms: now.as_millis().max(0) as u64,
+                headers: header_list(headers),
+                body: body.clone(),
+            },
+        )
+        .await;
+    notes.push(note(
+        &env.plugins,
+        &binding.plugin,
+        call.elapsed(),
+        answer.as_ref().err(),
+    ));
+    match answer {
+        Ok(TransformResult::Forward {
+            headers: new_headers,
+            body: new_body,
+        }) => match header_map(&new_headers) {
+            Ok(map) => Ok(Some((plugin_headers::transform_answer(map), new_body))),
+            Err(detail) => Err(invalid_output(binding, detail)),
+        },
+        Ok(TransformResult::Drop { reason }) => Err(AttemptResult::Dropped { reason }),
+        Err(failure) => Err(plugin_failed(failure)),
+    }
+}
+
+/// Runs the signer on the final request: the headers it adds, or how the attempt ends.
+async fn sign(
+    env: &AttemptEnv,
+    input: &AttemptInput<'_>,
+    binding: &PluginBinding,
+    headers: &HeaderMap,
+    body: &Bytes,
+    notes: &mut Vec<String>,
+) -> Result<HeaderMap, AttemptResult> {
+    let endpoint = input.endpoint;
+    let mut visible = headers.clone();
+    for (name, _) in &endpoint.headers {
+        visible.remove(name);
+    }
+    let call = Instant::now();
+    let answer = env
+        .plugins
+        .sign(
+            binding,
+            SignInput {
+                endpoint_name: endpoint.name.to_string(),
+                endpoint_url: endpoint.url.to_string(),
+                delivery_id: input.delivery_id.clone(),
+                attempt: input.attempt,
+                now_ms: SystemClock.now().as_millis().max(0) as u64,
+                headers: header_list(&visible),
+                body: body.clone(),
+                secrets: endpoint.secrets.clone(),
+            },
+        )
+        .await;
+    notes.push(note(
+        &env.plugins,
+        &binding.plugin,
+        call.elapsed(),
+        answer.as_ref().err(),
+    ));
+    let signed = answer.map_err(plugin_failed)?;
+    let signed = header_map(&signed).map_err(|detail| invalid_output(binding, detail))?;
+    plugin_headers::signer_answer(headers, signed)
+        .map_err(|forged| invalid_output(binding, forged.to_string()))
+}
+
+/// The attempt's end when a plugin answered headers the gateway refuses.
+fn invalid_output(binding: &PluginBinding, detail: String) -> AttemptResult {
+    AttemptResult::Sent(Outcome::Failed {
+        kind: ErrorKind::PluginError,
+        status: None,
+        retry_after: None,
+        detail: format!(
+            "plugin `{}` {}: {detail}",
+            binding.plugin,
+            FailureDetail::InvalidOutput.as_str()
+        ),
+    })
 }
 
 fn event_info(event: &Event) -> EventInfo {

@@ -271,3 +271,247 @@ async fn plugin_check_describes_a_component_and_refuses_garbage() {
     assert!(!out.status.success());
     assert!(!out.stderr.is_empty());
 }
+
+/// The endpoint's configured headers are credentials the plugins never see: a transform that
+/// writes every header it was given into its log and its error leaks nothing, and neither a
+/// transform nor a signer can replace the gateway's own headers or smuggle hop-by-hop ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_cannot_see_leak_or_forge_the_gateways_headers() {
+    const TOKEN: &str = "Bearer tok-4f9c2e7d1a";
+    const TEAM: &str = "team-credential-77";
+    const SECRET: &str = "whsec_c2VjcmV0LWtleS1ieXRlcw==";
+    let forged = [
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "hookgate-delivery-attempt",
+        "authorization",
+        "x-team",
+        "content-type",
+    ];
+    let sink = Sink::start().await;
+    let dir = dir_with_plugins(&["header-games", "forge-headers"]).await;
+    let endpoint = |name: &str, binding: &str| {
+        format!(
+            "  {name}:\n    url: {}\n    topics: [t]\n    policy: once\n    secret: \"{SECRET}\"\n    headers: {{ Authorization: \"{TOKEN}\", X-Team: \"{TEAM}\" }}\n    {binding}\n",
+            sink.url(&format!("/{name}"))
+        )
+    };
+    let mut yaml =
+        "policies:\n  once:\n    schedule: [0s, 1h]\n    jitter: 0\ntopics:\n  t: {}\nendpoints:\n"
+            .to_owned();
+    yaml.push_str(&endpoint("games", "transform: { plugin: header-games }"));
+    yaml.push_str(&endpoint(
+        "leaky",
+        "transform: { plugin: header-games, config: { fail: yes } }",
+    ));
+    yaml.push_str(&endpoint("signs", "signer: { plugin: forge-headers }"));
+    for name in forged {
+        yaml.push_str(&endpoint(
+            &format!("forges-{name}"),
+            &format!("signer: {{ plugin: forge-headers, config: {{ forge: {name} }} }}"),
+        ));
+    }
+    let gw = TestGateway::start_in(dir, &yaml, clock()).await;
+    let accepted = gw.ingest("t", "x", json!({"n": 1})).await;
+    let id = accepted["id"].as_str().unwrap();
+    let received = sink.wait_for(2, WAIT).await;
+    let at = |path: &str| received.iter().find(|r| r.path == path).unwrap();
+
+    let games = at("/games");
+    assert_eq!(
+        games.header("x-seen"),
+        "content-type",
+        "the transform saw only the content type"
+    );
+    assert_eq!(games.header("x-transformed"), "yes");
+    assert_eq!(games.header("webhook-id"), id);
+    assert_eq!(games.header("hookgate-delivery-attempt"), "1");
+    assert_eq!(games.header("authorization"), TOKEN);
+    assert_eq!(games.header("x-team"), TEAM);
+    for dropped in ["x-hop-secret", "expect", "transfer-encoding"] {
+        assert!(
+            games.headers.get(dropped).is_none(),
+            "{dropped} reached the receiver"
+        );
+    }
+
+    let signs = at("/signs");
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(&signs.body);
+    assert_eq!(
+        signs.header("x-forge-signature"),
+        hex::encode(mac.finalize().into_bytes())
+    );
+    assert_eq!(signs.header("webhook-id"), id);
+    assert_eq!(signs.header("authorization"), TOKEN);
+    for dropped in ["x-hop-secret", "expect", "keep-alive", "upgrade", "te"] {
+        assert!(
+            signs.headers.get(dropped).is_none(),
+            "{dropped} reached the receiver"
+        );
+    }
+
+    // Each forging signer fails its own attempt, naming the header; nothing is sent.
+    let mut records = Vec::new();
+    for name in forged {
+        let list = gw
+            .wait_until(&format!("/v1/deliveries?endpoint=forges-{name}"), WAIT, |l| {
+                l["deliveries"][0]["attempt_count"] == 1
+            })
+            .await;
+        let delivery = list["deliveries"][0]["id"].as_str().unwrap();
+        let (_, d) = gw.get(&format!("/v1/deliveries/{delivery}")).await;
+        let error = d["attempts"][0]["error"].as_str().unwrap();
+        assert_eq!(d["attempts"][0]["error_kind"], "plugin_error", "{d}");
+        assert!(
+            error.contains("invalid_output") && error.contains(&format!("`{name}`")),
+            "{error}"
+        );
+        records.push(d.to_string());
+    }
+    let list = gw
+        .wait_until("/v1/deliveries?endpoint=leaky", WAIT, |l| {
+            l["deliveries"][0]["attempt_count"] == 1
+        })
+        .await;
+    let leaky = list["deliveries"][0]["id"].as_str().unwrap();
+    let (_, d) = gw.get(&format!("/v1/deliveries/{leaky}")).await;
+    assert!(
+        d["attempts"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("leak: headers I was given"),
+        "{d}"
+    );
+    records.push(d.to_string());
+    assert_eq!(sink.count(), 2, "only the two honest endpoints were contacted");
+
+    // No credential, in any form, in an attempt record or a log line; the plugin did try.
+    let logs = crate::support::captured_logs();
+    assert!(
+        logs.contains("headers I was given: content-type="),
+        "the plugin's log line is there"
+    );
+    let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    for credential in [
+        TOKEN,
+        TEAM,
+        SECRET,
+        "tok-4f9c2e7d1a",
+        &b64(TOKEN),
+        &b64(TEAM),
+        &b64(SECRET),
+        "secret-key-bytes",
+    ] {
+        assert!(!logs.contains(credential), "{credential} in the log");
+        for record in &records {
+            assert!(!record.contains(credential), "{credential} in {record}");
+        }
+    }
+}
+
+/// Hostile plugins bound to some endpoints (sleeping ones, a host-crypto burner) fail only
+/// their own attempts, at their limits, while ingestion and the other endpoints — one without
+/// a plugin, one with a harmless transform — keep the latency they have without them.
+const STORM_EVENTS: usize = 5;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_plugins_leave_ingestion_and_other_endpoints_at_their_normal_latency() {
+    let good = Sink::start().await;
+    let bad = Sink::start().await;
+    let dir = dir_with_plugins(&["sleep-forever", "crypto-burn", "cloudevents"]).await;
+    let mut yaml = format!(
+        "policies:\n  once:\n    schedule: [0s, 1h]\n    jitter: 0\ntopics:\n  calm: {{}}\n  storm: {{}}\nendpoints:\n  plain:\n    url: {}\n    topics: [calm, storm]\n  ce:\n    url: {}\n    topics: [calm, storm]\n    transform: {{ plugin: cloudevents }}\n",
+        good.url("/plain"),
+        good.url("/ce"),
+    );
+    for i in 1..=5 {
+        yaml.push_str(&format!(
+            "  sleepy-{i}:\n    url: {}\n    topics: [storm]\n    policy: once\n    transform: {{ plugin: sleep-forever }}\n",
+            bad.url("/")
+        ));
+    }
+    for i in 1..=3 {
+        yaml.push_str(&format!(
+            "  burn-{i}:\n    url: {}\n    topics: [storm]\n    policy: once\n    secret: burn-secret\n    signer: {{ plugin: crypto-burn }}\n",
+            bad.url("/")
+        ));
+    }
+    // A wall-clock limit far above the good endpoints' latency, so that "did not wait for a
+    // sleeping call" and "was slowed by sharing the CPU with the burners" cannot be confused.
+    let wall = Duration::from_secs(3);
+    let gw = TestGateway::start_with(dir, &yaml, clock(), |options| {
+        options.config.plugins.call_wall_timeout = wall;
+    })
+    .await;
+    // One event at a time: how long its 202 takes, and until both good endpoints have it.
+    let round = |topic: &'static str, events: usize| {
+        let (gw, good) = (&gw, &good);
+        async move {
+            let (mut ingest, mut deliver) = (Duration::ZERO, Duration::ZERO);
+            for n in 0..events {
+                let before = good.count();
+                let started = std::time::Instant::now();
+                gw.ingest(topic, "x", json!({"n": n})).await;
+                ingest = ingest.max(started.elapsed());
+                good.wait_for(before + 2, WAIT).await;
+                deliver = deliver.max(started.elapsed());
+            }
+            (ingest, deliver)
+        }
+    };
+    let (ingest_alone, deliver_alone) = round("calm", 10).await;
+    let storm_started = std::time::Instant::now();
+    let (ingest_storm, deliver_storm) = round("storm", STORM_EVENTS).await;
+    let storm_took = storm_started.elapsed();
+    eprintln!(
+        "slowest 202: {ingest_alone:?} alone, {ingest_storm:?} beside hostile plugins; slowest \
+         delivery to both good endpoints: {deliver_alone:?} alone, {deliver_storm:?} beside them \
+         (the storm's events took {storm_took:?})"
+    );
+    // Each storm event's good deliveries ran beside that event's own sleeping calls (3 s each),
+    // so a good delivery that waited for a sleeper would have taken three seconds or more.
+    for (alone, storm) in [(ingest_alone, ingest_storm), (deliver_alone, deliver_storm)] {
+        let generous = alone * 50 + Duration::from_millis(1500);
+        assert!(
+            storm < generous.min(wall),
+            "{storm:?} beside hostile plugins, {alone:?} alone"
+        );
+    }
+
+    // The hostile attempts failed at their limits: the sleepers at the 3 s wall-clock limit
+    // (25 sleeping calls on the sleeper's 21 slots: some waited one round for a slot; and a
+    // margin for a busy machine), the burners at their hashing budget, or at the wall-clock
+    // limit when they waited too long for their turns to hash.
+    for (endpoint, details) in [
+        ("sleepy-1", &["timeout"][..]),
+        ("sleepy-5", &["timeout"]),
+        ("burn-2", &["crypto_budget", "timeout"]),
+    ] {
+        let list = gw
+            .wait_until(
+                &format!("/v1/deliveries?endpoint={endpoint}&limit=100"),
+                WAIT,
+                |l| {
+                    let all = l["deliveries"].as_array().unwrap();
+                    all.len() == STORM_EVENTS && all.iter().all(|d| d["attempt_count"] == 1)
+                },
+            )
+            .await;
+        for delivery in list["deliveries"].as_array().unwrap() {
+            let id = delivery["id"].as_str().unwrap();
+            let (_, d) = gw.get(&format!("/v1/deliveries/{id}")).await;
+            let attempt = &d["attempts"][0];
+            assert_eq!(attempt["error_kind"], "plugin_error", "{d}");
+            let error = attempt["error"].as_str().unwrap();
+            assert!(details.iter().any(|detail| error.contains(detail)), "{d}");
+            let limit_and_margin = wall + Duration::from_secs(2);
+            assert!(
+                Duration::from_millis(attempt["duration_ms"].as_u64().unwrap()) < 2 * limit_and_margin,
+                "{d}"
+            );
+        }
+    }
+    assert_eq!(bad.count(), 0);
+}

@@ -2,11 +2,12 @@
 //! `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`.
 //!
 //! The HMAC is computed by the host with the endpoint's key handle, so the secret never
-//! enters this plugin's memory.
+//! enters this plugin's memory. The key is the secret exactly as written, as GitHub uses it
+//! (a `whsec_` prefix included), so GitHub's own verifiers accept the signature.
 
 wit_bindgen::generate!({ world: "signer", path: "../../wit" });
 
-use hookgate::plugin::crypto::{HashAlgorithm, hmac};
+use hookgate::plugin::crypto::{HashAlgorithm, KeyForm, hmac};
 
 struct GithubSignature;
 
@@ -17,7 +18,7 @@ impl Guest for GithubSignature {
         message: Message,
         key: &SigningKey,
     ) -> Result<Headers, PluginError> {
-        let mac = hmac(key, HashAlgorithm::Sha256, &message.body);
+        let mac = hmac(key, KeyForm::AsWritten, HashAlgorithm::Sha256, &message.body);
         let value = format!("sha256={}", hex(&mac));
         Ok(vec![("X-Hub-Signature-256".to_owned(), value.into_bytes())])
     }

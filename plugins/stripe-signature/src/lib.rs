@@ -4,10 +4,13 @@
 //! While the endpoint's secret is being rotated, one `v1=` entry per key is sent (newest
 //! first), as Stripe does during its own secret rolls, so receivers holding either secret
 //! accept the request. The timestamp is the gateway's `now-ms`, never a clock read here.
+//!
+//! Stripe keys its HMAC with the whole secret string, `whsec_` prefix included (it is not
+//! base64 to be decoded): so does this signer, and `stripe.Webhook.construct_event` accepts it.
 
 wit_bindgen::generate!({ world: "signer", path: "../../wit" });
 
-use hookgate::plugin::crypto::{HashAlgorithm, hmac, rotating_keys};
+use hookgate::plugin::crypto::{HashAlgorithm, KeyForm, hmac, rotating_keys};
 
 struct StripeSignature;
 
@@ -23,10 +26,16 @@ impl Guest for StripeSignature {
         signed_payload.extend_from_slice(&message.body);
 
         let mut value = format!("t={timestamp_s}");
-        for mac in std::iter::once(hmac(key, HashAlgorithm::Sha256, &signed_payload)).chain(
+        for mac in std::iter::once(hmac(
+            key,
+            KeyForm::AsWritten,
+            HashAlgorithm::Sha256,
+            &signed_payload,
+        ))
+        .chain(
             rotating_keys()
                 .iter()
-                .map(|k| hmac(k, HashAlgorithm::Sha256, &signed_payload)),
+                .map(|k| hmac(k, KeyForm::AsWritten, HashAlgorithm::Sha256, &signed_payload)),
         ) {
             value.push_str(",v1=");
             value.push_str(&hex(&mac));

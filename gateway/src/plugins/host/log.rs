@@ -109,6 +109,7 @@ mod tests {
             Arc::from("0123456789ab"),
             Arc::new(BTreeMap::new()),
             &limits,
+            Arc::new(tokio::sync::Semaphore::new(1)),
         );
         state.begin_call(Vec::new());
         for n in 0..5 {

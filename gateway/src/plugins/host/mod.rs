@@ -28,6 +28,10 @@ pub(crate) struct CallState {
     pub(crate) limiter: CallLimiter,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) keys: crypto::CallKeys,
+    /// Bytes the host may hash for one call (`crypto.hmac` and `crypto.digest` together).
+    pub(crate) hash_bytes_per_call: u64,
+    /// The host's hashing turns, shared by every instance.
+    pub(crate) hashing: Arc<tokio::sync::Semaphore>,
     pub(crate) log: log::CallLog,
 }
 
@@ -39,6 +43,7 @@ impl CallState {
         version: Arc<str>,
         config: Arc<BTreeMap<String, String>>,
         limits: &PluginLimits,
+        hashing: Arc<tokio::sync::Semaphore>,
     ) -> Self {
         CallState {
             wasi: deny_everything_wasi(),
@@ -46,6 +51,8 @@ impl CallState {
             limiter: CallLimiter::new(limits.memory_bytes),
             config,
             keys: crypto::CallKeys::default(),
+            hash_bytes_per_call: limits.hash_bytes_per_call,
+            hashing,
             log: log::CallLog::new(plugin, version, limits.log_lines_per_call),
         }
     }
@@ -127,6 +134,7 @@ mod tests {
             Arc::from("0123456789ab"),
             Arc::new(BTreeMap::new()),
             &PluginLimits::default(),
+            Arc::new(tokio::sync::Semaphore::new(1)),
         );
         // Something of the instance's own (a WASI resource, say) lives in the same table.
         let own = state.table.push(String::from("stream")).unwrap();
