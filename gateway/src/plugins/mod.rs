@@ -32,7 +32,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use serde::Serialize;
 
-pub use check::{CheckReport, check_file};
+pub use check::{CheckReport, check_file, check_file_with_config};
 pub use host::crypto::{BadSecret, SigningKey};
 pub use pool::InstanceStats;
 
@@ -502,6 +502,9 @@ impl PluginHost {
     ) -> Result<CallOutput, PluginFailure> {
         let name = PluginBinding::normalize_name(&binding.plugin);
         let Some(loaded) = self.lookup(&name) else {
+            let outcome = FailureDetail::Missing.as_str();
+            metrics::counter!("hookgate_plugin_calls_total", "plugin" => name.clone(), "outcome" => outcome)
+                .increment(1);
             return Err(PluginFailure {
                 plugin: name,
                 version: None,
