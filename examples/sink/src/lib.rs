@@ -304,30 +304,30 @@ fn respond(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     response
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/stats") => {
-            let json = serde_json::to_vec(&state.counters.snapshot()).expect("stats serialize");
-            let mut response = respond(StatusCode::OK, Bytes::from(json));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            return Ok(response);
-        }
+/// The sink's own endpoints (`/stats`, `/stats/reset`, `/ids`); `None` for a webhook request.
+fn control(state: &State, method: &Method, path: &str) -> Option<Response<Full<Bytes>>> {
+    let (body, content_type) = match (method, path) {
+        (&Method::GET, "/stats") => (
+            serde_json::to_vec(&state.counters.snapshot()).expect("stats serialize"),
+            "application/json",
+        ),
         (&Method::POST, "/stats/reset") => {
             state.counters.reset();
-            return Ok(respond(StatusCode::NO_CONTENT, Bytes::new()));
+            return Some(respond(StatusCode::NO_CONTENT, Bytes::new()));
         }
-        (&Method::GET, "/ids") => {
-            let mut response = respond(StatusCode::OK, Bytes::from(state.counters.ok_ids_text()));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            return Ok(response);
-        }
-        _ => {}
+        (&Method::GET, "/ids") => (state.counters.ok_ids_text(), "text/plain; charset=utf-8"),
+        _ => return None,
+    };
+    let mut response = respond(StatusCode::OK, Bytes::from(body));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    Some(response)
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(response) = control(&state, req.method(), req.uri().path()) {
+        return Ok(response);
     }
     let fixed_status = req
         .uri()

@@ -363,6 +363,19 @@ async fn kill_9_right_after_a_config_reload_comes_back_on_the_file() {
     };
     assert_eq!(post("before").await, 202);
     old.wait_for(1, WAIT).await;
+    // Until its success is on disk, a kill would rightly send "before" again after the restart.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let list = get_json(&http, &format!("{base}/v1/deliveries")).await;
+        if list["deliveries"][0]["status"] == "succeeded" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the delivery did not succeed: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // Edit the file, signal a reload, and kill at once: whatever the reload got to, the
     // restarted gateway runs on the file, and nothing acknowledged is lost.
     std::fs::write(&config, binary_config(dir.path(), port, "", &endpoint(&new))).unwrap();
