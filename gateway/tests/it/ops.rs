@@ -284,6 +284,11 @@ async fn secrets_and_api_keys_never_reach_the_logs_or_the_api() {
         gw.advance(Duration::from_secs(1)).await;
     }
     sink.wait_for(3, WAIT).await;
+    // The third attempt's success is recorded a moment after the sink answered it.
+    gw.wait_until("/v1/deliveries", WAIT, |l| {
+        l["deliveries"][0]["status"] == "succeeded"
+    })
+    .await;
     let mut answers = String::new();
     // A wrong key: 403, and the answer names neither the key tried nor the right one.
     let forbidden = gw
