@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Soak test: a steady open-loop load on two endpoints of a sink that fails a share of requests,
-# sampled every 10 s (gateway RSS, CPU, queue depth, sink counters), then a check that every
-# accepted event ended delivered or dead-lettered on both endpoints.
+# sampled every 10 s (gateway RSS, CPU, queue depth, sink counters), then a check, by event id,
+# that every accepted event ended delivered (the receiver answered 2xx for its webhook-id) or
+# dead-lettered (status `dead` in the gateway) on both endpoints, and never both.
 #
 #   examples/soak/soak.sh                      # 500 events/s for 10 minutes, 20 % failures
 #   RATE=1000 DURATION=30m FAIL=0.5 examples/soak/soak.sh
+#   PROFILE=dev RATE=50 DURATION=20s examples/soak/soak.sh   # a smoke run on debug binaries
 #
-# Writes samples.tsv, a chart of it (soak.svg), the gateway's log and the final metrics to
-# $OUT (default target/soak-<time>). Exits 1 if an event is unaccounted for or a signature
+# Writes samples.tsv, a chart of it (soak.svg), the gateway's log, the final metrics and the id
+# lists (accepted.txt; per endpoint, delivered-*.txt and dead-*.txt) to $OUT (default
+# target/soak-<time>). Exits 1 if an event is unaccounted for or a signature
 # was refused.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export LC_ALL=C  # one collation for sort and comm
 
 RATE="${RATE:-500}"
 DURATION="${DURATION:-600s}"
@@ -21,8 +25,9 @@ SINK_PORT_A="${SINK_PORT_A:-19100}"
 SINK_PORT_B="${SINK_PORT_B:-19101}"
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 
-cargo build --release -q -p hookgate -p hookgate-sink -p hookgate-loadgen
-BIN=target/release
+PROFILE="${PROFILE:-release}"
+cargo build --profile "$PROFILE" -q -p hookgate -p hookgate-sink -p hookgate-loadgen
+BIN=target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
@@ -41,8 +46,8 @@ policies:
 topics:
   soak: { policy: soak }
 endpoints:
-  flaky-a: { url: "http://127.0.0.1:$SINK_PORT_A/a", topics: [soak], secret: $SECRET }
-  flaky-b: { url: "http://127.0.0.1:$SINK_PORT_B/b", topics: [soak], secret: $SECRET }
+  flaky-a: { url: "http://127.0.0.1:$SINK_PORT_A/a", topics: [soak], secret: $SECRET, dead_letter: true }
+  flaky-b: { url: "http://127.0.0.1:$SINK_PORT_B/b", topics: [soak], secret: $SECRET, dead_letter: true }
 YAML
 
 pids=()
@@ -59,7 +64,7 @@ pids+=("$GW")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$GW_PORT/healthz" >/dev/null && break; sleep 0.1; done
 
 "$BIN/hookgate-loadgen" --gateway "http://127.0.0.1:$GW_PORT" --topic soak --rate "$RATE" \
-  --duration "$DURATION" > "$OUT/loadgen.log" 2>&1 &
+  --duration "$DURATION" --accepted-ids "$OUT/accepted.txt" > "$OUT/loadgen.log" 2>&1 &
 LOADGEN=$!
 
 metric() { awk -v m="$1" '$1 == m || index($1, m"{") == 1 { s += $2 } END { print s + 0 }' "$OUT/metrics.txt"; }
@@ -109,13 +114,43 @@ wait "$LOADGEN" || { echo "soak: the load generator failed" >&2; exit 1; }
 LOAD_SECONDS=$(awk '/events accepted in/ { for (i = 1; i <= NF; i++) if ($i == "in") { print $(i + 1) + 0; exit } }' "$OUT/loadgen.log")
 cat "$OUT/loadgen.log"
 
-accepted=$(awk '/events accepted/ { print $3 }' "$OUT/loadgen.log")
+# The ids of one endpoint's dead-lettered deliveries, one per line, from the API.
+dead_ids() {
+  python3 - "http://127.0.0.1:$GW_PORT" "$1" <<'PY'
+import json, sys, urllib.request
+base, endpoint = sys.argv[1], sys.argv[2]
+cursor = None
+while True:
+    url = f"{base}/v1/deliveries?endpoint={endpoint}&status=dead&limit=1000"
+    if cursor:
+        url += f"&cursor={cursor}"
+    page = json.load(urllib.request.urlopen(url))
+    for d in page["deliveries"]:
+        print(d["event_id"])
+    cursor = page.get("next_cursor")
+    if not cursor:
+        break
+PY
+}
+
 status=0
-for endpoint in flaky-a flaky-b; do
-  ok=$(grep "^hookgate_deliveries_total{endpoint=\"$endpoint\",status=\"succeeded\"}" "$OUT/metrics.txt" | awk '{ print $2 + 0 }')
-  dead=$(grep "^hookgate_deliveries_total{endpoint=\"$endpoint\",status=\"failed\"}" "$OUT/metrics.txt" | awk '{ print $2 + 0 }')
-  echo "$endpoint: ${ok:-0} delivered + ${dead:-0} dead-lettered of $accepted accepted"
-  [ $(( ${ok:-0} + ${dead:-0} )) -eq "$accepted" ] || status=1
+sort -u "$OUT/accepted.txt" > "$OUT/accepted.sorted"
+accepted=$(wc -l < "$OUT/accepted.sorted")
+[ "$accepted" -eq "$(wc -l < "$OUT/accepted.txt")" ] || { echo "the gateway gave an id twice"; status=1; }
+for pair in "flaky-a:$SINK_PORT_A" "flaky-b:$SINK_PORT_B"; do
+  endpoint=${pair%%:*} port=${pair##*:}
+  curl -s "http://127.0.0.1:$port/ids" | sort -u > "$OUT/delivered-$endpoint.txt"
+  dead_ids "$endpoint" | sort -u > "$OUT/dead-$endpoint.txt"
+  ok=$(wc -l < "$OUT/delivered-$endpoint.txt")
+  dead=$(wc -l < "$OUT/dead-$endpoint.txt")
+  # Accepted ids neither delivered nor dead-lettered; ids both; ids the receiver got that were
+  # never accepted.
+  missing=$(sort -u "$OUT/delivered-$endpoint.txt" "$OUT/dead-$endpoint.txt" | comm -23 "$OUT/accepted.sorted" - | wc -l)
+  both=$(comm -12 "$OUT/delivered-$endpoint.txt" "$OUT/dead-$endpoint.txt" | wc -l)
+  unknown=$(comm -13 "$OUT/accepted.sorted" "$OUT/delivered-$endpoint.txt" | wc -l)
+  echo "$endpoint: $ok distinct ids delivered + $dead dead-lettered of $accepted accepted" \
+    "($missing missing, $both both, $unknown never accepted)"
+  [ "$missing" -eq 0 ] && [ "$both" -eq 0 ] && [ "$unknown" -eq 0 ] && [ $((ok + dead)) -eq "$accepted" ] || status=1
 done
 for port in "$SINK_PORT_A" "$SINK_PORT_B"; do
   invalid=$(curl -s "http://127.0.0.1:$port/stats" | python3 -c 'import json, sys; print(json.load(sys.stdin)["signatures_invalid"])')

@@ -231,3 +231,34 @@ impl std::fmt::Debug for Metrics {
         f.write_str("Metrics")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The `metrics` macros record into the process-wide recorder, which no gateway reads: a
+    /// series recorded that way never shows in `GET /metrics`. Every part records through
+    /// [`super::Metrics`] instead.
+    #[test]
+    fn no_part_records_into_the_process_wide_recorder() {
+        let mut offenders = Vec::new();
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src"
+        ))];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for macro_name in ["counter", "gauge", "histogram"] {
+                        if text.contains(&format!("metrics::{macro_name}{}", '!')) {
+                            offenders.push(format!("{}: metrics::{macro_name}!", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "{offenders:#?}");
+    }
+}

@@ -357,3 +357,61 @@ fn the_chart_in_the_docs_is_what_policy_preview_draws() {
         "docs/standard-schedule.svg is stale: run `hookgate policy preview standard --svg docs/standard-schedule.svg`"
     );
 }
+
+/// The ```yaml blocks of a Markdown file, without the indentation of a list item.
+fn yaml_blocks(markdown: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for line in markdown.lines() {
+        let trimmed = line.trim_start();
+        match &mut current {
+            None if trimmed == "```yaml" => current = Some((line.len() - trimmed.len(), String::new())),
+            None => {}
+            Some(_) if trimmed == "```" => blocks.push(current.take().expect("in a block").1),
+            Some((indent, text)) => {
+                text.push_str(line.get(*indent..).unwrap_or(""));
+                text.push('\n');
+            }
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_config_in_the_plugin_guide_passes_config_check_as_it_is() {
+    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/writing-a-plugin.md");
+    let blocks = yaml_blocks(&std::fs::read_to_string(guide).unwrap());
+    // The Rust walkthrough's and the Python walkthrough's, each binding its plugin.
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert!(blocks[0].contains("plugin: team-header, config: { team: payments }"));
+    assert!(blocks[1].contains("plugin: team-label, config: { team: payments }"));
+    let dir = tempfile::tempdir().unwrap();
+    for (i, block) in blocks.iter().enumerate() {
+        let file = write(dir.path(), &format!("guide-{i}.yaml"), block);
+        let out = hookgate(&["config", "check", file.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{block}\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("ok (1 topics, 1 endpoints"),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+    // A loopback receiver is reached only through `delivery.allow_networks` (the check cannot
+    // tell: attempts would fail with `blocked_address`), so each config lists it.
+    for block in &blocks {
+        assert!(block.contains("url: http://127.0.0.1:9000/hooks"), "{block}");
+        assert!(block.contains("allow_networks: [127.0.0.0/8]"), "{block}");
+    }
+}
+
+#[test]
+fn yaml_blocks_are_found_in_list_items_and_at_the_margin() {
+    let markdown =
+        "text\n\n1. Step:\n\n   ```yaml\n   a:\n     b: 1\n   ```\n\n```yaml\nc: 2\n```\n\n```sh\nd\n```\n";
+    assert_eq!(yaml_blocks(markdown), ["a:\n  b: 1\n", "c: 2\n"]);
+}

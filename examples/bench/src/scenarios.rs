@@ -119,6 +119,7 @@ fn target(gw: &GatewayProcess, topic: &str, payload_bytes: usize) -> LoadTarget 
         api_key: None,
         event_type: "order.paid".into(),
         payload_bytes,
+        record_ids: false,
     }
 }
 

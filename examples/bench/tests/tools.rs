@@ -40,6 +40,7 @@ async fn loadgen_and_sink_measure_a_real_gateway() {
         api_key: None,
         event_type: "order.paid".into(),
         payload_bytes: 300,
+        record_ids: true,
     };
     let batches = closed_loop(&client, &target, Shape::Batch(20), 2, Stop::Requests(5))
         .await
@@ -75,6 +76,17 @@ async fn loadgen_and_sink_measure_a_real_gateway() {
         "one webhook-id per event, shared by its two deliveries"
     );
     assert_eq!((stats.signatures_valid, stats.signatures_invalid), (220, 0));
+    // The ids the load generator was given back are exactly the ids the receiver acknowledged.
+    let mut accepted: Vec<String> = batches
+        .accepted_ids
+        .iter()
+        .chain(&singles.accepted_ids)
+        .cloned()
+        .collect();
+    accepted.sort();
+    assert_eq!(accepted.len(), 110);
+    assert_eq!(accepted, sink.ok_ids());
+    assert_eq!(stats.distinct_ids_ok, 110);
     assert!(
         stats.body_bytes >= 220 * 250,
         "payloads arrive whole: {}",

@@ -54,6 +54,9 @@ pub struct Target {
     pub event_type: String,
     /// Approximate size of each event's JSON payload.
     pub payload_bytes: usize,
+    /// Keep the id of every accepted event ([`Report::accepted_ids`]), e.g. to check later
+    /// that each one reached the receiver.
+    pub record_ids: bool,
 }
 
 /// One event per request, or `n` per batch request.
@@ -130,6 +133,7 @@ struct Prepared {
     uri: http::Uri,
     body: Bytes,
     auth: Option<http::HeaderValue>,
+    record_ids: bool,
 }
 
 fn event_json(target: &Target) -> String {
@@ -167,6 +171,7 @@ fn prepare(target: &Target, shape: Shape) -> Result<Prepared, LoadError> {
         uri,
         body: Bytes::from(body),
         auth,
+        record_ids: target.record_ids,
     })
 }
 
@@ -177,12 +182,43 @@ struct Sample {
     latency: Duration,
     /// `deliveries` from a 202 answer.
     deliveries: u64,
+    /// The accepted events' ids, when the run records them.
+    ids: Vec<String>,
 }
 
+/// A 202 answer: `id` for a single event, `ids` for a batch.
 #[derive(Deserialize)]
 struct AcceptedAnswer {
     #[serde(default)]
     deliveries: u64,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    ids: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct DeliveriesOnly {
+    #[serde(default)]
+    deliveries: u64,
+}
+
+/// `deliveries` of a 202 answer, and the accepted ids if `record_ids`.
+fn read_accepted(body: &[u8], record_ids: bool) -> (u64, Vec<String>) {
+    if !record_ids {
+        return (
+            serde_json::from_slice::<DeliveriesOnly>(body).map_or(0, |a| a.deliveries),
+            Vec::new(),
+        );
+    }
+    match serde_json::from_slice::<AcceptedAnswer>(body) {
+        Ok(a) => {
+            let mut ids = a.ids;
+            ids.extend(a.id);
+            (a.deliveries, ids)
+        }
+        Err(_) => (0, Vec::new()),
+    }
 }
 
 async fn send_one(client: &Client, prepared: &Prepared) -> Sample {
@@ -207,21 +243,23 @@ async fn send_one(client: &Client, prepared: &Prepared) -> Sample {
     let latency = started.elapsed();
     match answer {
         Some((status, body)) => {
-            let deliveries = if status == 202 {
-                serde_json::from_slice::<AcceptedAnswer>(&body).map_or(0, |a| a.deliveries)
+            let (deliveries, ids) = if status == 202 {
+                read_accepted(&body, prepared.record_ids)
             } else {
-                0
+                (0, Vec::new())
             };
             Sample {
                 status,
                 latency,
                 deliveries,
+                ids,
             }
         }
         None => Sample {
             status: 0,
             latency,
             deliveries: 0,
+            ids: Vec::new(),
         },
     }
 }
@@ -251,6 +289,8 @@ pub struct Report {
     pub max_schedule_lag: Duration,
     /// Latency of every request, in µs.
     pub latency_us: Histogram<u64>,
+    /// The ids of the accepted events, when [`Target::record_ids`] is set.
+    pub accepted_ids: Vec<String>,
 }
 
 impl Report {
@@ -266,10 +306,11 @@ impl Report {
             dropped: 0,
             max_schedule_lag: Duration::ZERO,
             latency_us: new_histogram(),
+            accepted_ids: Vec::new(),
         }
     }
 
-    fn record(&mut self, sample: &Sample) {
+    fn record(&mut self, sample: Sample) {
         self.requests += 1;
         *self.statuses.entry(sample.status).or_default() += 1;
         if sample.status == 202 {
@@ -279,6 +320,7 @@ impl Report {
             self.errors += 1;
         }
         let _ = self.latency_us.record((sample.latency.as_micros() as u64).max(1));
+        self.accepted_ids.extend(sample.ids);
     }
 
     fn merge(&mut self, other: Report) {
@@ -290,6 +332,7 @@ impl Report {
             *self.statuses.entry(status).or_default() += n;
         }
         let _ = self.latency_us.add(&other.latency_us);
+        self.accepted_ids.extend(other.accepted_ids);
     }
 
     /// Accepted events per second of the run.
@@ -363,7 +406,7 @@ pub async fn closed_loop(
                 if !go {
                     break;
                 }
-                report.record(&send_one(&client, &prepared).await);
+                report.record(send_one(&client, &prepared).await);
             }
             report
         });
@@ -401,7 +444,7 @@ pub async fn open_loop(
         report.max_schedule_lag = report.max_schedule_lag.max(due.elapsed());
         while let Some(done) = in_flight.try_join_next() {
             if let Ok(sample) = done {
-                report.record(&sample);
+                report.record(sample);
             }
         }
         if in_flight.len() >= max_outstanding {
@@ -413,7 +456,7 @@ pub async fn open_loop(
     }
     while let Some(done) = in_flight.join_next().await {
         if let Ok(sample) = done {
-            report.record(&sample);
+            report.record(sample);
         }
     }
     report.elapsed = started.elapsed();
@@ -478,6 +521,7 @@ mod tests {
             api_key: Some("k".into()),
             event_type: "order.paid".into(),
             payload_bytes: bytes,
+            record_ids: false,
         }
     }
 
@@ -503,5 +547,18 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
         assert_eq!(v["events"].as_array().unwrap().len(), 3);
         assert_eq!(p.auth.unwrap(), "Bearer k");
+    }
+
+    #[test]
+    fn accepted_ids_are_read_from_single_and_batch_answers_when_asked() {
+        let single = br#"{"id":"evt_1","deliveries":2}"#;
+        let batch = br#"{"ids":["evt_2","evt_3"],"deliveries":4}"#;
+        assert_eq!(read_accepted(single, true), (2, vec!["evt_1".to_owned()]));
+        assert_eq!(
+            read_accepted(batch, true),
+            (4, vec!["evt_2".to_owned(), "evt_3".to_owned()])
+        );
+        assert_eq!(read_accepted(single, false), (2, Vec::new()));
+        assert_eq!(read_accepted(b"not json", true), (0, Vec::new()));
     }
 }

@@ -5,7 +5,7 @@
 //! hookgate-loadgen --gateway http://127.0.0.1:8080 --topic orders --concurrency 64 --duration 10s
 //! hookgate-loadgen --topic orders --batch 100 --concurrency 4 --count 1000 \
 //!     --sink-stats http://127.0.0.1:9000/stats
-//! hookgate-loadgen --topic orders --rate 2000 --duration 10s
+//! hookgate-loadgen --topic orders --rate 2000 --duration 10s --accepted-ids accepted.txt
 //! ```
 
 use std::process::ExitCode;
@@ -57,6 +57,9 @@ struct Args {
     /// How long to wait for the sink.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "300s")]
     sink_timeout: Duration,
+    /// Write the id of every accepted event to this file, one per line.
+    #[arg(long)]
+    accepted_ids: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +81,7 @@ async fn run(args: Args) -> ExitCode {
         api_key: args.api_key.clone(),
         event_type: args.event_type.clone(),
         payload_bytes: args.payload_bytes,
+        record_ids: args.accepted_ids.is_some(),
     };
     let shape = args.batch.map_or(Shape::Single, Shape::Batch);
     let client = Client::new(args.concurrency.max(64));
@@ -107,6 +111,16 @@ async fn run(args: Args) -> ExitCode {
         }
     };
     println!("{}", report.summary());
+    if let Some(path) = &args.accepted_ids {
+        let mut text = report.accepted_ids.join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
     if let (Some(url), Some(before)) = (&args.sink_stats, sink_before) {
         let expected = before.answered_ok + report.deliveries;
         match wait_for_sink(&client, url, expected, args.sink_timeout).await {

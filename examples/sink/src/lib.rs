@@ -6,7 +6,11 @@
 //! - Optionally verifies Standard Webhooks signatures with a secret ([`verify`]); a request
 //!   that does not verify is answered 400, as a careful receiver would.
 //! - Counts requests, answers and distinct `webhook-id`s, and serves them as JSON on
-//!   `GET /stats` (`POST /stats/reset` zeroes them) so a harness in another process can read them.
+//!   `GET /stats` (`POST /stats/reset` zeroes them) so a harness in another process can read them;
+//!   `GET /ids` lists the distinct `webhook-id`s it answered with a 2xx, one per line, so a
+//!   harness can check which events arrived, not only how many.
+//! - Optionally prints every request (method, path, headers, body) to standard output
+//!   ([`SinkOptions::print`]): what a plugin author wants to see of a transformed request.
 //!
 //! Kept lean on purpose: the sink shares the machine with the gateway it measures, so every
 //! microsecond it spends is one the gateway does not get.
@@ -43,6 +47,8 @@ pub struct SinkOptions {
     pub fail_status: u16,
     /// Verify Standard Webhooks signatures with this secret (`whsec_…` or any string).
     pub secret: Option<String>,
+    /// Print each webhook request to standard output ([`format_request`]).
+    pub print: bool,
 }
 
 impl SinkOptions {
@@ -53,6 +59,7 @@ impl SinkOptions {
             fail_fraction: 0.0,
             fail_status: 503,
             secret: None,
+            print: false,
         }
     }
 }
@@ -68,6 +75,9 @@ pub struct Stats {
     pub answered_error: u64,
     /// Distinct `webhook-id` values seen.
     pub distinct_ids: u64,
+    /// Distinct `webhook-id` values answered with a 2xx at least once: the events delivered.
+    #[serde(default)]
+    pub distinct_ids_ok: u64,
     /// Requests without a `webhook-id` header.
     pub without_id: u64,
     pub signatures_valid: u64,
@@ -91,6 +101,7 @@ struct Counters {
     first_us: AtomicU64,
     last_us: AtomicU64,
     ids: Mutex<HashSet<Box<[u8]>>>,
+    ok_ids: Mutex<HashSet<Box<[u8]>>>,
 }
 
 impl Counters {
@@ -101,6 +112,7 @@ impl Counters {
             answered_ok: self.answered_ok.load(Ordering::Relaxed),
             answered_error: self.answered_error.load(Ordering::Relaxed),
             distinct_ids: self.ids.lock().expect("ids lock").len() as u64,
+            distinct_ids_ok: self.ok_ids.lock().expect("ids lock").len() as u64,
             without_id: self.without_id.load(Ordering::Relaxed),
             signatures_valid: self.signatures_valid.load(Ordering::Relaxed),
             signatures_invalid: self.signatures_invalid.load(Ordering::Relaxed),
@@ -125,6 +137,19 @@ impl Counters {
             c.store(0, Ordering::Relaxed);
         }
         self.ids.lock().expect("ids lock").clear();
+        self.ok_ids.lock().expect("ids lock").clear();
+    }
+
+    /// The ids answered with a 2xx, one per line, sorted.
+    fn ok_ids_text(&self) -> Vec<u8> {
+        let mut ids: Vec<Box<[u8]>> = self.ok_ids.lock().expect("ids lock").iter().cloned().collect();
+        ids.sort_unstable();
+        let mut text = Vec::with_capacity(ids.iter().map(|id| id.len() + 1).sum());
+        for id in ids {
+            text.extend_from_slice(&id);
+            text.push(b'\n');
+        }
+        text
     }
 }
 
@@ -133,6 +158,7 @@ struct State {
     verifier: Option<Verifier>,
     fail_fraction: f64,
     fail_status: StatusCode,
+    print: bool,
 }
 
 /// A running sink. Dropping it without [`Sink::shutdown`] stops it too (the accept loop is
@@ -181,6 +207,7 @@ impl Sink {
             verifier: options.secret.as_deref().map(Verifier::new),
             fail_fraction: options.fail_fraction,
             fail_status,
+            print: options.print,
         });
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(accept_loop(listener, state.clone(), shutdown.clone()));
@@ -213,6 +240,14 @@ impl Sink {
     /// Requests answered with a 2xx so far.
     pub fn answered_ok(&self) -> u64 {
         self.state.counters.answered_ok.load(Ordering::Relaxed)
+    }
+
+    /// The distinct `webhook-id`s answered with a 2xx, sorted (what `GET /ids` serves).
+    pub fn ok_ids(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.state.counters.ok_ids_text())
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     pub fn reset(&self) {
@@ -269,22 +304,30 @@ fn respond(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     response
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/stats") => {
-            let json = serde_json::to_vec(&state.counters.snapshot()).expect("stats serialize");
-            let mut response = respond(StatusCode::OK, Bytes::from(json));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-            return Ok(response);
-        }
+/// The sink's own endpoints (`/stats`, `/stats/reset`, `/ids`); `None` for a webhook request.
+fn control(state: &State, method: &Method, path: &str) -> Option<Response<Full<Bytes>>> {
+    let (body, content_type) = match (method, path) {
+        (&Method::GET, "/stats") => (
+            serde_json::to_vec(&state.counters.snapshot()).expect("stats serialize"),
+            "application/json",
+        ),
         (&Method::POST, "/stats/reset") => {
             state.counters.reset();
-            return Ok(respond(StatusCode::NO_CONTENT, Bytes::new()));
+            return Some(respond(StatusCode::NO_CONTENT, Bytes::new()));
         }
-        _ => {}
+        (&Method::GET, "/ids") => (state.counters.ok_ids_text(), "text/plain; charset=utf-8"),
+        _ => return None,
+    };
+    let mut response = respond(StatusCode::OK, Bytes::from(body));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    Some(response)
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(response) = control(&state, req.method(), req.uri().path()) {
+        return Ok(response);
     }
     let fixed_status = req
         .uri()
@@ -294,6 +337,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         .and_then(|s| StatusCode::from_u16(s).ok());
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    if state.print {
+        print_request(&parts, &body);
+    }
 
     let c = &state.counters;
     let n = c.requests.fetch_add(1, Ordering::Relaxed);
@@ -338,10 +384,49 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     }
     if status.is_success() {
         c.answered_ok.fetch_add(1, Ordering::Relaxed);
+        if let Some(id) = id {
+            c.ok_ids.lock().expect("ids lock").insert(id.into());
+        }
     } else {
         c.answered_error.fetch_add(1, Ordering::Relaxed);
     }
     Ok(respond(status, Bytes::new()))
+}
+
+/// One request as text: `METHOD path`, a `name: value` line per header (in the order they
+/// came), a blank line, and the body (bytes that are not UTF-8 shown as `\u{FFFD}`).
+pub fn format_request(
+    method: &Method,
+    path_and_query: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> String {
+    let mut text = format!("{method} {path_and_query}\n");
+    for (name, value) in headers {
+        text.push_str(name.as_str());
+        text.push_str(": ");
+        text.push_str(&String::from_utf8_lossy(value.as_bytes()));
+        text.push('\n');
+    }
+    text.push('\n');
+    text.push_str(&String::from_utf8_lossy(body));
+    if !body.ends_with(b"\n") {
+        text.push('\n');
+    }
+    text
+}
+
+/// Writes one request to standard output in one piece, so that concurrent requests do not
+/// interleave, followed by a separator line.
+fn print_request(parts: &http::request::Parts, body: &[u8]) {
+    use std::io::Write as _;
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let text = format_request(&parts.method, path, &parts.headers, body);
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (a pipe whose reader left) must not stop the sink from answering.
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.write_all(b"---\n");
+    let _ = out.flush();
 }
 
 /// Whether request number `n` (0-based) is one of the failing share: the failures are spread
@@ -362,5 +447,19 @@ mod tests {
         assert!((0..1000).all(|n| fails(n, 1.0)));
         // Never two in a row at 10 %.
         assert!(!(0..999).any(|n| fails(n, 0.1) && fails(n + 1, 0.1)));
+    }
+
+    #[test]
+    fn a_request_prints_as_its_method_path_headers_and_body() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("webhook-id", http::HeaderValue::from_static("evt_1"));
+        headers.append("x-team", http::HeaderValue::from_static("payments"));
+        let text = format_request(&Method::POST, "/hooks?a=1", &headers, br#"{"n":1}"#);
+        assert_eq!(
+            text,
+            "POST /hooks?a=1\nwebhook-id: evt_1\nx-team: payments\n\n{\"n\":1}\n"
+        );
+        let binary = format_request(&Method::PUT, "/", &http::HeaderMap::new(), &[0xff, b'\n']);
+        assert_eq!(binary, "PUT /\n\n\u{FFFD}\n");
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! hookgate-sink --listen 127.0.0.1:9000 [--secret whsec_…] [--fail-fraction 0.1 --fail-status 503]
+//! hookgate-sink --print              # also print every request's method, path, headers and body
 //! curl -s 127.0.0.1:9000/stats
+//! curl -s 127.0.0.1:9000/ids         # the webhook-ids answered with a 2xx, one per line
 //! ```
 
 use std::net::SocketAddr;
@@ -33,6 +35,9 @@ struct Args {
     /// Do not print the rate every second.
     #[arg(long)]
     quiet: bool,
+    /// Print every request to standard output: method, path, headers and body, then `---`.
+    #[arg(long)]
+    print: bool,
 }
 
 fn main() -> ExitCode {
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
             fail_fraction: args.fail_fraction,
             fail_status: args.fail_status,
             secret: args.secret,
+            print: args.print,
         })
         .await
         {
@@ -60,7 +66,7 @@ fn main() -> ExitCode {
             }
         };
         eprintln!(
-            "hookgate-sink listening on http://{} (stats: GET /stats)",
+            "hookgate-sink listening on http://{} (stats: GET /stats, delivered ids: GET /ids)",
             sink.addr()
         );
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -105,3 +105,85 @@ async fn with_a_secret_bad_signatures_are_refused_and_counted() {
     assert_eq!((s.signatures_valid, s.signatures_invalid), (1, 1));
     assert_eq!((s.answered_ok, s.answered_error), (1, 1));
 }
+
+#[tokio::test]
+async fn ids_lists_the_webhook_ids_answered_with_a_2xx() {
+    let sink = Sink::start(SinkOptions {
+        fail_fraction: 0.5,
+        ..SinkOptions::loopback()
+    })
+    .await
+    .unwrap();
+    let client = reqwest::Client::new();
+    // Every other request fails: "b" succeeds then fails, "a" fails then succeeds, "c" fails.
+    let statuses = [
+        post(&client, &sink.url("/hook"), "b", None).await,
+        post(&client, &sink.url("/hook"), "a", None).await,
+        post(&client, &sink.url("/hook"), "a", None).await,
+        post(&client, &sink.url("/hook"), "b", None).await,
+    ];
+    assert_eq!(statuses, [200, 503, 200, 503]);
+    assert_eq!(post(&client, &sink.url("/status/500"), "c", None).await, 500);
+    let ids = client.get(sink.url("/ids")).send().await.unwrap();
+    assert_eq!(ids.status().as_u16(), 200);
+    assert_eq!(ids.text().await.unwrap(), "a\nb\n");
+    assert_eq!(sink.ok_ids(), ["a", "b"]);
+    let s = sink.stats();
+    assert_eq!((s.distinct_ids, s.distinct_ids_ok), (3, 2));
+}
+
+/// Runs the `hookgate-sink` binary with `--print` on a free port; returns it and its address.
+fn print_mode_sink() -> (std::process::Child, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate-sink"))
+        .args(["--listen", "127.0.0.1:0", "--quiet", "--print"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    (child, addr)
+}
+
+#[tokio::test]
+async fn with_print_every_request_is_written_to_stdout() {
+    use std::io::BufRead as _;
+    let (mut child, addr) = print_mode_sink();
+    let answer = reqwest::Client::new()
+        .post(format!("http://{addr}/hooks/billing?x=1"))
+        .header("webhook-id", "evt_print")
+        .header("x-team", "payments")
+        .body(r#"{"order":42}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    let mut printed = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line == "---" {
+            break;
+        }
+        printed.push(line);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(printed[0], "POST /hooks/billing?x=1", "{printed:?}");
+    assert!(
+        printed.contains(&"webhook-id: evt_print".to_owned()),
+        "{printed:?}"
+    );
+    assert!(printed.contains(&"x-team: payments".to_owned()), "{printed:?}");
+    // Headers, a blank line, then the body.
+    assert_eq!(printed[printed.len() - 2], "", "{printed:?}");
+    assert_eq!(printed[printed.len() - 1], r#"{"order":42}"#, "{printed:?}");
+}

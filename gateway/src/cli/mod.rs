@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 
 use crate::clock::{Clock, ScaledClock, SystemClock};
 use crate::config::{self, Config};
@@ -105,7 +106,20 @@ enum PolicyCommand {
 enum PluginCommand {
     /// Compile and validate a plugin, print its world, imports, size and compile time, and run
     /// it once on a sample input.
-    Check { file: PathBuf },
+    Check {
+        file: PathBuf,
+        /// A config entry for the sample call, as a binding's `config` would give it
+        /// (`--config team=payments`); repeat for more. Lists and maps as JSON text.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
+        config: Vec<(String, String)>,
+    },
+}
+
+fn parse_config_entry(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_owned(), value.to_owned())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
 }
 
 fn parse_time_scale(s: &str) -> Result<f64, String> {
@@ -115,10 +129,33 @@ fn parse_time_scale(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The log directives for a `HOOKGATE_LOG` (or `RUST_LOG`) value. A bare level (`debug`)
+/// is for hookgate's own modules; other crates (wasmtime, cranelift, hyper) stay at `warn`,
+/// or quieter if the level is: their debug output is hundreds of thousands of lines per
+/// plugin compiled. Anything else (`hookgate::scheduler=trace,wasmtime=debug`) is taken as
+/// written. Unset or empty: `info` for hookgate.
+fn log_directives(spec: Option<&str>) -> String {
+    let spec = spec.map(str::trim).filter(|s| !s.is_empty()).unwrap_or("info");
+    match spec.parse::<LevelFilter>() {
+        Ok(level) => format!("hookgate={level},{}", level.min(LevelFilter::WARN)),
+        Err(_) => spec.to_owned(),
+    }
+}
+
+/// The filter of the log on stderr, from `HOOKGATE_LOG`, else `RUST_LOG`.
+fn log_filter(spec: Option<&str>) -> EnvFilter {
+    let directives = log_directives(spec);
+    EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+        eprintln!("ignoring the log filter `{directives}`: {e}");
+        EnvFilter::new(log_directives(None))
+    })
+}
+
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("HOOKGATE_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let spec = std::env::var("HOOKGATE_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .ok();
+    let filter = log_filter(spec.as_deref());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -169,8 +206,12 @@ pub fn main() -> ExitCode {
             command: PolicyCommand::Preview { name, config, svg },
         } => preview(&name, config.as_deref(), svg.as_deref()),
         Command::Plugin {
-            command: PluginCommand::Check { file },
-        } => match crate::plugins::check_file(&file, &crate::plugins::PluginLimits::default()) {
+            command: PluginCommand::Check { file, config },
+        } => match crate::plugins::check_file_with_config(
+            &file,
+            &crate::plugins::PluginLimits::default(),
+            &config.into_iter().collect(),
+        ) {
             Ok(report) => {
                 println!("{report}");
                 ExitCode::SUCCESS
@@ -276,5 +317,66 @@ async fn wait_for_stop_signal(gateway: &Gateway) {
                 reloader.reload_from_file();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_level_is_for_hookgate_and_full_directives_pass_through() {
+        assert_eq!(log_directives(Some("debug")), "hookgate=debug,warn");
+        assert_eq!(log_directives(Some("TRACE")), "hookgate=trace,warn");
+        assert_eq!(log_directives(Some("error")), "hookgate=error,error");
+        assert_eq!(log_directives(Some("off")), "hookgate=off,off");
+        assert_eq!(log_directives(None), "hookgate=info,warn");
+        assert_eq!(log_directives(Some("  ")), "hookgate=info,warn");
+        for full in [
+            "hookgate::scheduler=trace,info",
+            "wasmtime=debug",
+            "debug,hyper=info",
+        ] {
+            assert_eq!(log_directives(Some(full)), full);
+        }
+    }
+
+    #[test]
+    fn a_plugin_config_entry_is_key_equals_value() {
+        assert_eq!(
+            parse_config_entry("team=payments"),
+            Ok(("team".into(), "payments".into()))
+        );
+        assert_eq!(
+            parse_config_entry("paths=a.b,c"),
+            Ok(("paths".into(), "a.b,c".into()))
+        );
+        assert_eq!(parse_config_entry("empty="), Ok(("empty".into(), String::new())));
+        assert_eq!(parse_config_entry("x=a=b"), Ok(("x".into(), "a=b".into())));
+        assert!(parse_config_entry("no-equals").is_err());
+        assert!(parse_config_entry("=value").is_err());
+    }
+
+    #[test]
+    fn debug_shows_hookgate_debug_lines_but_not_wasmtime_or_cranelift_ones() {
+        use tracing::Level;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let enabled = |spec: &str| {
+            let subscriber = tracing_subscriber::registry().with(log_filter(Some(spec)));
+            tracing::subscriber::with_default(subscriber, || {
+                [
+                    tracing::enabled!(target: "hookgate::scheduler", Level::DEBUG),
+                    tracing::enabled!(target: "wasmtime_cranelift::compiler", Level::DEBUG),
+                    tracing::enabled!(target: "cranelift_codegen", Level::DEBUG),
+                    tracing::enabled!(target: "wasmtime", Level::WARN),
+                ]
+            })
+        };
+        assert_eq!(enabled("debug"), [true, false, false, true]);
+        assert_eq!(enabled("info"), [false, false, false, true]);
+        // Asked for by name, their debug output is there.
+        assert_eq!(enabled("hookgate=debug,debug"), [true, true, true, true]);
+        // A filter that does not parse falls back to the default.
+        assert_eq!(enabled("hookgate=notalevel"), [false, false, false, true]);
     }
 }

@@ -1,5 +1,6 @@
 //! `hookgate plugin check FILE`: what a component is, and whether it runs.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -150,6 +151,16 @@ impl fmt::Display for CheckReport {
 /// An error means the file would be rejected by the gateway; a failed sample call is reported
 /// in the [`CheckReport`] instead.
 pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckReport> {
+    check_file_with_config(path, limits, &empty_config())
+}
+
+/// Like [`check_file`], with the sample call served `config` as a binding's config (what
+/// `config.get` answers the plugin).
+pub fn check_file_with_config(
+    path: &Path,
+    limits: &PluginLimits,
+    config: &BTreeMap<String, String>,
+) -> anyhow::Result<CheckReport> {
     let size_bytes = std::fs::metadata(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
         .len();
@@ -177,8 +188,7 @@ pub fn check_file(path: &Path, limits: &PluginLimits) -> anyhow::Result<CheckRep
     let compile_time = started.elapsed();
     let (input, keys) = sample_input(loaded.world);
     let started = Instant::now();
-    let config = empty_config();
-    let result = block_on_side(call::run(&engine, &loaded, limits, &config, keys, input, None))?.result;
+    let result = block_on_side(call::run(&engine, &loaded, limits, config, keys, input, None))?.result;
     let sample_time = started.elapsed();
     let sample = match result {
         Ok(output) => Ok(describe(&output)),

@@ -35,7 +35,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use serde::Serialize;
 
-pub use check::{CheckReport, check_file};
+pub use check::{CheckReport, check_file, check_file_with_config};
 pub use host::crypto::{BadSecret, SigningKey};
 pub use pool::InstanceStats;
 
@@ -597,6 +597,8 @@ impl PluginHost {
     ) -> Result<CallOutput, PluginFailure> {
         let name = PluginBinding::normalize_name(&binding.plugin);
         let Some(loaded) = self.lookup(&name) else {
+            let outcome = FailureDetail::Missing.as_str();
+            self.inner.metrics.plugin_calls(&name, outcome).increment(1);
             return Err(PluginFailure {
                 plugin: name,
                 version: None,

@@ -44,7 +44,7 @@ async fn malformed_bodies_get_400_and_change_nothing() {
 async fn deeply_nested_json_is_refused() {
     let (gw, _sink) = gateway().await;
     let deep = format!(
-        r#"{{"type":"x","payload":{}1{}}}"#,
+        r#"{{"type":"x","id":"too-deep","payload":{}1{}}}"#,
         "[".repeat(200),
         "]".repeat(200)
     );
@@ -56,6 +56,23 @@ async fn deeply_nested_json_is_refused() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
+    assert_eq!(code(&body), "payload_too_deep", "{body}");
+    // Nothing was written: no event under the id, no delivery, and no row in the database.
+    let (status, body) = gw.get("/v1/events/too-deep").await;
+    assert_eq!(status, 404, "{body}");
+    let (_, list) = gw.get("/v1/deliveries").await;
+    assert!(list["deliveries"].as_array().unwrap().is_empty(), "{list}");
+    let db = rusqlite::Connection::open_with_flags(
+        gw.dir.path().join("hookgate.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    for table in ["events", "deliveries", "idempotency"] {
+        let rows: i64 = db
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0, "{table}");
+    }
 }
 
 #[tokio::test]

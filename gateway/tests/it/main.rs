@@ -19,6 +19,7 @@ mod dead_letter;
 mod disk_faults;
 mod health;
 mod idempotency;
+mod in_flight;
 mod ingest;
 mod late_rounds;
 mod metrics;

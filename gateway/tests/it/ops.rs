@@ -208,12 +208,67 @@ async fn an_attempt_cut_off_by_the_grace_period_is_retried_after_restart() {
     assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
 }
 
+/// Every form a secret could leak in: as configured, the key bytes a `whsec_` secret stands
+/// for, and those in base64 and hex (upper and lower case).
+fn leak_forms(secret: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let mut raws = vec![secret.as_bytes().to_vec()];
+    if let Some(body) = secret.strip_prefix("whsec_") {
+        raws.push(body.as_bytes().to_vec());
+        raws.push(STANDARD.decode(body).unwrap());
+    }
+    let mut forms = Vec::new();
+    for raw in raws {
+        forms.push(String::from_utf8_lossy(&raw).into_owned());
+        forms.push(STANDARD.encode(&raw).trim_end_matches('=').to_owned());
+        forms.push(URL_SAFE_NO_PAD.encode(&raw));
+        forms.push(hex::encode(&raw));
+        forms.push(hex::encode_upper(&raw));
+    }
+    forms
+}
+
+/// Every read answer the API has about the one endpoint and its delivery, as one text.
+async fn read_answers(gw: &TestGateway) -> String {
+    let mut answers = String::new();
+    for path in [
+        "/v1/endpoints",
+        "/v1/endpoints/e",
+        "/v1/deliveries",
+        "/v1/status",
+        "/openapi.json",
+    ] {
+        let (status, body) = gw.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        answers.push_str(&body.to_string());
+    }
+    let (_, list) = gw.get("/v1/deliveries").await;
+    let id = list["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    let (status, delivery) = gw.get(&format!("/v1/deliveries/{id}")).await;
+    assert_eq!(status, 200);
+    // The attempt records are there, failures included.
+    assert_eq!(
+        delivery["attempts"].as_array().map(Vec::len),
+        Some(3),
+        "{delivery}"
+    );
+    answers.push_str(&delivery.to_string());
+    answers
+}
+
 #[tokio::test]
 async fn secrets_and_api_keys_never_reach_the_logs_or_the_api() {
     let secret = "whsec_c2VjcmV0LXRoYXQtbXVzdC1uZXZlci1sZWFr";
     let key = "api-key-that-must-never-leak";
     let sink = Sink::start().await;
-    sink.script([Reply::status(500), Reply::status(401)]);
+    // Two failed attempts, a success, then a failing test call: every error path.
+    sink.script([
+        Reply::status(500),
+        Reply::status(401),
+        Reply::status(200),
+        Reply::status(502),
+    ]);
     let gw = TestGateway::start(&format!(
         "server:\n  api_keys: [{key}]\npolicies:\n  quick:\n    schedule: [0s, 1s, 1s]\n    jitter: 0\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    secret: {secret}\n    policy: quick\n",
         sink.url("/")
@@ -229,41 +284,53 @@ async fn secrets_and_api_keys_never_reach_the_logs_or_the_api() {
         gw.advance(Duration::from_secs(1)).await;
     }
     sink.wait_for(3, WAIT).await;
-    // A bad key, a bad config reload, a test call: all the places a secret could slip out.
-    let _ = gw
+    // The third attempt's success is recorded a moment after the sink answered it.
+    gw.wait_until("/v1/deliveries", WAIT, |l| {
+        l["deliveries"][0]["status"] == "succeeded"
+    })
+    .await;
+    let mut answers = String::new();
+    // A wrong key: 403, and the answer names neither the key tried nor the right one.
+    let forbidden = gw
         .http
         .get(format!("{}/v1/endpoints", gw.base))
         .bearer_auth("wrong")
         .send()
-        .await;
+        .await
+        .unwrap();
+    assert_eq!(forbidden.status().as_u16(), 403);
+    let forbidden: serde_json::Value = forbidden.json().await.unwrap();
+    assert_eq!(forbidden["error"]["code"], "forbidden", "{forbidden}");
+    answers.push_str(&forbidden.to_string());
+    // A config file that does not load, with the secret in it: refused, and the refusal shows.
     std::fs::write(
         gw.config_path(),
         format!("server:\n  api_keys: [{key}]\n  nope: {secret}\n"),
     )
     .unwrap();
     gw.reloader().reload_from_file();
-    gw.post("/v1/endpoints/e/test", json!({})).await;
-    let mut answers = String::new();
-    for path in [
-        "/v1/endpoints",
-        "/v1/endpoints/e",
-        "/v1/deliveries",
-        "/v1/status",
-        "/openapi.json",
-    ] {
-        answers.push_str(&gw.get(path).await.1.to_string());
-    }
-    let (_, list) = gw.get("/v1/deliveries").await;
-    let id = list["deliveries"][0]["id"].as_str().unwrap().to_owned();
-    answers.push_str(&gw.get(&format!("/v1/deliveries/{id}")).await.1.to_string());
+    let (status, body) = gw.get("/v1/status").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["last_reload"]["ok"], false, "{body}");
+    // A test call the receiver refuses.
+    let (status, test) = gw.post("/v1/endpoints/e/test", json!({})).await;
+    assert_eq!(status, 200, "{test}");
+    assert_eq!(test["delivered"], false, "{test}");
+    assert_eq!(test["status_code"], 502, "{test}");
+    answers.push_str(&test.to_string());
+    sink.wait_for(4, WAIT).await;
+    answers.push_str(&read_answers(&gw).await);
     let logs = captured_logs();
     assert!(!logs.is_empty());
-    let secret_body = secret.trim_start_matches("whsec_");
     for (what, text) in [("logs", &logs), ("API answers", &answers)] {
-        assert!(
-            !text.contains(secret_body),
-            "the endpoint secret is in the {what}"
-        );
-        assert!(!text.contains(key), "the API key is in the {what}");
+        for form in leak_forms(secret) {
+            assert!(
+                !text.contains(&form),
+                "the endpoint secret is in the {what} as `{form}`"
+            );
+        }
+        for form in leak_forms(key) {
+            assert!(!text.contains(&form), "the API key is in the {what} as `{form}`");
+        }
     }
 }

@@ -166,3 +166,34 @@ async fn a_backoff_plugin_sets_the_waits_between_real_attempts() {
     let note = attempts[0]["plugins"].as_str().unwrap_or_default();
     assert!(note.contains("decorrelated-jitter@"), "{note}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_failing_on_a_missing_plugin_counts_as_a_missing_call() {
+    let sink = Sink::start().await;
+    let yaml = format!(
+        "policies:\n  once:\n    schedule: [0s]\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    policy: once\n    transform: {{ plugin: absentplugin }}\n",
+        sink.url("/")
+    );
+    let gw = TestGateway::start(&yaml).await;
+    gw.ingest("t", "x", json!({})).await;
+    let list = gw
+        .wait_until("/v1/deliveries", WAIT, |l| {
+            l["deliveries"][0]["status"] == "failed"
+        })
+        .await;
+    let id = list["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    let (_, delivery) = gw.get(&format!("/v1/deliveries/{id}")).await;
+    assert_eq!(
+        delivery["attempts"][0]["error_kind"], "plugin_error",
+        "{delivery}"
+    );
+    assert_eq!(sink.count(), 0, "nothing is sent without its transform");
+    let text = metrics(&gw).await;
+    let calls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("hookgate_plugin_calls_total{") && l.contains("plugin=\"absentplugin\""))
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].contains("outcome=\"missing\""), "{calls:?}");
+    assert!(calls[0].ends_with(" 1"), "{calls:?}");
+}

@@ -515,3 +515,46 @@ async fn hostile_plugins_leave_ingestion_and_other_endpoints_at_their_normal_lat
     }
     assert_eq!(bad.count(), 0);
 }
+
+/// `hookgate plugin check FILE ARGS…`: success, standard output, standard error.
+fn plugin_check(file: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["plugin", "check"])
+        .arg(file)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_check_passes_config_entries_to_the_sample_call() {
+    let path = tokio::task::spawn_blocking(|| built_plugin("redact"))
+        .await
+        .unwrap();
+    // Without its config, `redact` refuses the sample: reported, not an error.
+    let (ok, out, err) = plugin_check(&path, &[]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("sample call:  FAILED") && out.contains("bad_config"),
+        "{out}"
+    );
+    // With it, the sample's customer e-mail is dropped; a JSON list works as in YAML.
+    for paths in ["customer.email", r#"["customer.email","amount"]"#] {
+        let config = format!("paths={paths}");
+        let (ok, out, err) = plugin_check(&path, &["--config", &config, "--config", "unknown=ignored"]);
+        assert!(ok, "{out}{err}");
+        assert!(out.contains("sample call:  ok"), "{out}");
+        assert!(
+            out.contains("ord_123") && !out.contains("ada@example.com"),
+            "{out}"
+        );
+    }
+    let (ok, _, err) = plugin_check(&path, &["--config", "no-equals-sign"]);
+    assert!(!ok);
+    assert!(err.contains("KEY=VALUE"), "{err}");
+}

@@ -23,6 +23,8 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The status the sink answered with.
+    pub status: u16,
 }
 
 impl Received {
@@ -72,6 +74,26 @@ struct SinkState {
     notify: Notify,
     /// TCP connections accepted so far.
     connections: AtomicUsize,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+/// Counts a request as in flight until it is answered or its client hangs up.
+struct InFlight<'a>(&'a SinkState);
+
+impl<'a> InFlight<'a> {
+    fn enter(state: &'a SinkState) -> InFlight<'a> {
+        let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// An HTTP receiver that records every request.
@@ -88,6 +110,7 @@ async fn sink_handler(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let _in_flight = InFlight::enter(&state);
     let reply = {
         let scripted = state.script.lock().unwrap().pop_front();
         scripted
@@ -98,6 +121,7 @@ async fn sink_handler(
         path: uri.path().to_owned(),
         headers,
         body,
+        status: reply.status,
     });
     state.notify.notify_waiters();
     if let Some(delay) = reply.delay {
@@ -156,6 +180,11 @@ impl Sink {
     /// TCP connections the sink has accepted (keep-alive reuse keeps this low).
     pub fn connections(&self) -> usize {
         self.state.connections.load(Ordering::Relaxed)
+    }
+
+    /// The most requests the sink was answering at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
     }
 
     pub fn count(&self) -> usize {
