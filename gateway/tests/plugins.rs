@@ -1354,6 +1354,41 @@ async fn an_oversized_plugin_file_is_refused_without_compiling_it() {
     assert_eq!(check_file(&path, &roomy).unwrap().world, World::Signer);
 }
 
+/// A plugin whose compiled code is larger than the host allows is refused (from a fresh compile
+/// and from the cache alike), and one whose compilation runs past the time limit is refused; `plugin check` says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_code_size_and_compile_time_have_limits() {
+    let tight_code = PluginLimits {
+        max_compiled_bytes: 1024,
+        ..PluginLimits::default()
+    };
+    let f = host_with_limits(&["cloudevents"], tight_code.clone());
+    assert_eq!(f.host.world_of("cloudevents"), None, "its code is over 1 KiB");
+    let refused = check_file(&built_plugin("cloudevents"), &tight_code).unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("compiled code takes"),
+        "{refused:#}"
+    );
+
+    let tight_time = PluginLimits {
+        max_compile_time: Duration::from_micros(1),
+        ..PluginLimits::default()
+    };
+    let refused = check_file(&built_plugin("cloudevents"), &tight_time).unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("compiling took longer than the limit"),
+        "{refused:#}"
+    );
+
+    // With the default limits the same file loads.
+    assert_eq!(
+        check_file(&built_plugin("cloudevents"), &PluginLimits::default())
+            .unwrap()
+            .world,
+        World::Transformer
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_handles_offer_the_secret_as_written_and_its_standard_webhooks_form() {
     let f = host_with(&["github-signature", "stripe-signature"]);

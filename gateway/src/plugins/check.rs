@@ -174,7 +174,8 @@ pub fn check_file_with_config(
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let engine = PluginEngine::new(limits)?;
     // A check's figures are not the gateway's: they go to a recorder nobody reads.
-    let compiler = Compiler::new(&engine.engine, None, &crate::telemetry::Metrics::new())?;
+    let compiler = Compiler::new(&engine.engine, None, &crate::telemetry::Metrics::new())?
+        .with_limits(limits.max_compile_time, limits.max_compiled_bytes);
     let file_name = path
         .file_name()
         .and_then(|n| n.to_str())

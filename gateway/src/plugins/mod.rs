@@ -79,6 +79,13 @@ pub struct PluginLimits {
     /// The largest plugin file loaded; a larger file is refused before it is read in full or
     /// compiled (compile time and compiled-code size grow with it).
     pub max_file_bytes: u64,
+    /// How long compiling one plugin file may take. Compilation cannot be interrupted: past
+    /// this the plugin is refused and the compiler's result, when it comes, is dropped (the
+    /// file size limit bounds how long that is). Cached artifacts load without compiling.
+    pub max_compile_time: Duration,
+    /// The largest compiled code of one plugin (its machine code image, checked after
+    /// compiling or loading it from the cache); a larger plugin is refused and its code freed.
+    pub max_compiled_bytes: usize,
     /// The shortest wait a backoff plugin may ask for; shorter answers are raised to it, so a
     /// plugin cannot turn retries into a tight loop against a failing receiver.
     pub min_backoff_delay: Duration,
@@ -109,6 +116,9 @@ impl Default for PluginLimits {
             max_concurrent_calls: 64,
             hash_bytes_per_call: 8 << 20,
             max_file_bytes: 32 << 20,
+            // The bundled Python plugin (18 MB) compiles in about 25-35 s on two busy cores.
+            max_compile_time: Duration::from_secs(120),
+            max_compiled_bytes: 256 << 20,
             min_backoff_delay: Duration::from_secs(1),
             max_backoff_delay: Duration::from_secs(72 * 3600),
             idle_instances: 32,
@@ -372,7 +382,8 @@ impl PluginHost {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the plugin folder {}: {e}", dir.display()))?;
         let engine = limits::PluginEngine::new(&limits)?;
-        let compiler = Compiler::new(&engine.engine, Some(&cache_dir), &metrics)?;
+        let compiler = Compiler::new(&engine.engine, Some(&cache_dir), &metrics)?
+            .with_limits(limits.max_compile_time, limits.max_compiled_bytes);
         let calls = tokio::sync::Semaphore::new(limits.max_concurrent_calls.max(1) as usize);
         let validations = tokio::sync::Semaphore::new(limits::VALIDATION_SLOTS as usize);
         let pool = InstancePool::new(limits.idle_instances);

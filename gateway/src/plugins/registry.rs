@@ -64,6 +64,8 @@ pub(crate) struct Compiler {
     next_load_id: AtomicU64,
     cache_hit_counter: metrics::Counter,
     cache_miss_counter: metrics::Counter,
+    max_compile_time: Duration,
+    max_compiled_bytes: usize,
 }
 
 impl Compiler {
@@ -96,7 +98,51 @@ impl Compiler {
             next_load_id: AtomicU64::new(1),
             cache_hit_counter: metrics.plugin_cache(true),
             cache_miss_counter: metrics.plugin_cache(false),
+            max_compile_time: Duration::MAX,
+            max_compiled_bytes: usize::MAX,
         })
+    }
+
+    /// Refuses plugins whose compilation takes longer than `max_compile_time` or whose
+    /// compiled code is larger than `max_compiled_bytes`.
+    pub(crate) fn with_limits(mut self, max_compile_time: Duration, max_compiled_bytes: usize) -> Self {
+        self.max_compile_time = max_compile_time;
+        self.max_compiled_bytes = max_compiled_bytes;
+        self
+    }
+
+    /// Compiles on a thread of its own and waits at most `max_compile_time` for it.
+    fn compile_bounded(&self, bytes: &[u8]) -> anyhow::Result<Component> {
+        let (engine, bytes) = (self.engine.clone(), bytes.to_vec());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("hookgate-plugin-compile".into())
+            .spawn(move || {
+                let _ = tx.send(Component::new(&engine, &bytes));
+            })
+            .context("cannot start a compiler thread")?;
+        match rx.recv_timeout(self.max_compile_time) {
+            Ok(compiled) => {
+                compiled.map_err(|e| anyhow::anyhow!("cannot be compiled for this gateway: {e:#}"))
+            }
+            Err(_) => anyhow::bail!(
+                "compiling took longer than the limit of {:?}; refused (the compiler's result is dropped)",
+                self.max_compile_time
+            ),
+        }
+    }
+
+    /// The compiled code's size, refused past `max_compiled_bytes`.
+    fn check_compiled_size(&self, component: &Component) -> anyhow::Result<()> {
+        let range = component.image_range();
+        let size = (range.end as usize).saturating_sub(range.start as usize);
+        if size > self.max_compiled_bytes {
+            anyhow::bail!(
+                "its compiled code takes {size} bytes, over the limit of {} bytes; refused",
+                self.max_compiled_bytes
+            );
+        }
+        Ok(())
     }
 
     /// The cached artifact's path for a file with this SHA-256.
@@ -114,6 +160,7 @@ impl Compiler {
         let started = Instant::now();
         let (component, from_cache) = self.component(&sha256, bytes)?;
         let compile_time = started.elapsed();
+        self.check_compiled_size(&component)?;
 
         let worlds: Vec<World> = [World::Transformer, World::Signer, World::Backoff]
             .into_iter()
@@ -159,9 +206,7 @@ impl Compiler {
     /// there, else compiled now and written to the cache (atomically: temp file + rename).
     fn component(&self, sha256: &[u8; 32], bytes: &[u8]) -> anyhow::Result<(Component, bool)> {
         let Some(artifact) = self.artifact_path(sha256) else {
-            let component = Component::new(&self.engine, bytes)
-                .map_err(|e| anyhow::anyhow!("cannot be compiled for this gateway: {e:#}"))?;
-            return Ok((component, false));
+            return Ok((self.compile_bounded(bytes)?, false));
         };
         if artifact.exists() {
             // SAFETY: `deserialize_file` trusts the artifact to be wasmtime's own output. The
@@ -184,8 +229,7 @@ impl Compiler {
         }
         self.cache_misses.fetch_add(1, Ordering::Relaxed);
         self.cache_miss_counter.increment(1);
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| anyhow::anyhow!("cannot be compiled for this gateway: {e:#}"))?;
+        let component = self.compile_bounded(bytes)?;
         match component.serialize() {
             Ok(serialized) => {
                 if let Err(e) = write_atomically(&artifact, &serialized) {

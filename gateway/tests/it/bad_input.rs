@@ -62,17 +62,9 @@ async fn deeply_nested_json_is_refused() {
     assert_eq!(status, 404, "{body}");
     let (_, list) = gw.get("/v1/deliveries").await;
     assert!(list["deliveries"].as_array().unwrap().is_empty(), "{list}");
-    let db = rusqlite::Connection::open_with_flags(
-        gw.dir.path().join("hookgate.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    for table in ["events", "deliveries", "idempotency"] {
-        let rows: i64 = db
-            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(rows, 0, "{table}");
-    }
+    let tables = ["events", "deliveries", "idempotency"];
+    let rows = crate::support::row_counts(gw.dir.path(), &tables).await;
+    assert_eq!(rows, [0, 0, 0], "rows in {tables:?}");
 }
 
 #[tokio::test]

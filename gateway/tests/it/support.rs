@@ -593,3 +593,29 @@ pub async fn open_store(dir: &std::path::Path) -> Arc<dyn hookgate::store::Store
         None => Arc::new(SqliteStore::open(SqliteOptions::new(dir.join("hookgate.db"))).unwrap()),
     }
 }
+
+/// The rows in each of `tables` of the test directory's store (the SQLite file or the
+/// PostgreSQL schema), read beside the running gateway.
+pub async fn row_counts(dir: &std::path::Path, tables: &[&str]) -> Vec<i64> {
+    let count = |table: &str| format!("SELECT count(*) FROM {table}");
+    if let Some(url) = postgres_url_for(dir) {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut out = Vec::new();
+        for table in tables {
+            out.push(client.query_one(&count(table), &[]).await.unwrap().get(0));
+        }
+        return out;
+    }
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("hookgate.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    tables
+        .iter()
+        .map(|table| db.query_row(&count(table), [], |r| r.get(0)).unwrap())
+        .collect()
+}
