@@ -350,21 +350,7 @@ async fn call_export(
                 .call_async(&mut *store, (endpoint, event, delivery, message))
                 .await
                 .map_err(Ended::Trapped)?;
-            match answer {
-                Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
-                Ok(Outcome::Forward(message)) => {
-                    check_output(limits, &message.headers, message.body.len())
-                        .map_err(|(d, m)| Ended::Answered(d, m))?;
-                    CallOutput::Transform(TransformResult::Forward {
-                        headers: message.headers,
-                        body: Bytes::from(message.body),
-                    })
-                }
-                Ok(Outcome::Drop(reason)) => {
-                    check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
-                    CallOutput::Transform(TransformResult::Drop { reason })
-                }
-            }
+            transform_answer(limits, answer)?
         }
         (
             Export::Sign(func),
@@ -374,54 +360,22 @@ async fn call_export(
                 message,
             },
         ) => {
-            let key = match store.data_mut().hand_over_primary_key() {
-                None => {
-                    return Err(Ended::Answered(
-                        FailureDetail::BadSecret,
-                        "the endpoint has no secret for its signer".to_owned(),
-                    ));
-                }
-                Some(Err(e)) => {
-                    return Err(Ended::Answered(
-                        FailureDetail::Trap,
-                        format!("cannot hand the key over: {e:#}"),
-                    ));
-                }
-                // Lent as a borrow: lowering an owned `Resource` into a `borrow` parameter
-                // would register it in the store's handle table for good, and a reused store
-                // would run out of handles after 100 000 calls. The key stays in the resource
-                // table until `end_call` deletes it.
-                Some(Ok(key)) => Resource::new_borrow(key.rep()),
-            };
+            let key = lend_primary_key(store)?;
             let (answer,) = func
                 .call_async(&mut *store, (endpoint, delivery, message, key))
                 .await
                 .map_err(Ended::Trapped)?;
-            match answer {
-                Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
-                Ok(headers) => {
-                    check_output(limits, &headers, 0).map_err(|(d, m)| Ended::Answered(d, m))?;
-                    CallOutput::Sign(headers)
-                }
-            }
+            let headers =
+                answer.map_err(|e| Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e)))?;
+            check_output(limits, &headers, 0).map_err(|(d, m)| Ended::Answered(d, m))?;
+            CallOutput::Sign(headers)
         }
         (Export::Backoff(func), CallInput::Backoff(context)) => {
             let (answer,) = func
                 .call_async(&mut *store, (context,))
                 .await
                 .map_err(Ended::Trapped)?;
-            match answer {
-                Err(e) => return Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
-                Ok(Decision::RetryInMs(ms)) => {
-                    let floor = limits.min_backoff_delay.min(limits.max_backoff_delay);
-                    let wait = Duration::from_millis(ms).clamp(floor, limits.max_backoff_delay);
-                    CallOutput::Backoff(PluginBackoffDecision::RetryIn(wait))
-                }
-                Ok(Decision::GiveUp(reason)) => {
-                    check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
-                    CallOutput::Backoff(PluginBackoffDecision::GiveUp(reason))
-                }
-            }
+            backoff_answer(limits, answer)?
         }
         // `run` checked the world against the plugin's, and an instance's export is its
         // plugin's world's.
@@ -433,6 +387,64 @@ async fn call_export(
         }
     };
     Ok(output)
+}
+
+/// A transform's answer, checked against the output limit.
+fn transform_answer(
+    limits: &PluginLimits,
+    answer: Result<Outcome, PluginError>,
+) -> Result<CallOutput, Ended> {
+    match answer {
+        Err(e) => Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
+        Ok(Outcome::Forward(message)) => {
+            check_output(limits, &message.headers, message.body.len())
+                .map_err(|(d, m)| Ended::Answered(d, m))?;
+            Ok(CallOutput::Transform(TransformResult::Forward {
+                headers: message.headers,
+                body: Bytes::from(message.body),
+            }))
+        }
+        Ok(Outcome::Drop(reason)) => {
+            check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
+            Ok(CallOutput::Transform(TransformResult::Drop { reason }))
+        }
+    }
+}
+
+/// A backoff plugin's answer: a wait raised to the floor and clamped to the maximum, or a
+/// give-up reason checked against the output limit.
+fn backoff_answer(limits: &PluginLimits, answer: Result<Decision, PluginError>) -> Result<CallOutput, Ended> {
+    match answer {
+        Err(e) => Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
+        Ok(Decision::RetryInMs(ms)) => {
+            let floor = limits.min_backoff_delay.min(limits.max_backoff_delay);
+            let wait = Duration::from_millis(ms).clamp(floor, limits.max_backoff_delay);
+            Ok(CallOutput::Backoff(PluginBackoffDecision::RetryIn(wait)))
+        }
+        Ok(Decision::GiveUp(reason)) => {
+            check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
+            Ok(CallOutput::Backoff(PluginBackoffDecision::GiveUp(reason)))
+        }
+    }
+}
+
+/// The signing key handle lent to a signer for one call.
+///
+/// Lent as a borrow: lowering an owned `Resource` into a `borrow` parameter would register it
+/// in the store's handle table for good, and a reused store would run out of handles after
+/// 100 000 calls. The key stays in the resource table until `end_call` deletes it.
+fn lend_primary_key(store: &mut Store<CallState>) -> Result<Resource<SigningKey>, Ended> {
+    match store.data_mut().hand_over_primary_key() {
+        None => Err(Ended::Answered(
+            FailureDetail::BadSecret,
+            "the endpoint has no secret for its signer".to_owned(),
+        )),
+        Some(Err(e)) => Err(Ended::Answered(
+            FailureDetail::Trap,
+            format!("cannot hand the key over: {e:#}"),
+        )),
+        Some(Ok(key)) => Ok(Resource::new_borrow(key.rep())),
+    }
 }
 
 fn plugin_error_text(e: &PluginError) -> String {

@@ -654,25 +654,8 @@ impl PluginHost {
             idle,
         )
         .await;
-        if let (Some(instance), Some((endpoint_name, endpoint_url))) = (reusable, owned_key) {
-            // Only the version that is loaded now gets instances back: a call that started
-            // before a reload finishes on the old version, and its instance goes with it. (A
-            // reload between this check and the put leaves one instance no call will match,
-            // until the least-recently-used rule drops it.)
-            if self
-                .lookup(&name)
-                .is_some_and(|current| current.load_id == loaded.load_id)
-            {
-                self.inner.pool.put(
-                    &BindingKey {
-                        load_id: loaded.load_id,
-                        endpoint_name: &endpoint_name,
-                        endpoint_url: &endpoint_url,
-                        config: &binding.config,
-                    },
-                    instance,
-                );
-            }
+        if let (Some(instance), Some(endpoint)) = (reusable, owned_key) {
+            self.give_back(&name, &loaded, binding, endpoint, instance);
         }
         let outcome = match &result {
             Ok(_) => "ok",
@@ -684,6 +667,36 @@ impl PluginHost {
             .plugin_call_duration()
             .record(started.elapsed().as_secs_f64());
         result.map_err(|CallError { failure, .. }| failure)
+    }
+}
+
+impl PluginHost {
+    /// Returns an instance to the pool for the next call of its binding. Only the version
+    /// that is loaded now gets instances back: a call that started before a reload finishes on
+    /// the old version, and its instance goes with it. (A reload between this check and the put
+    /// leaves one instance no call will match, until the least-recently-used rule drops it.)
+    fn give_back(
+        &self,
+        name: &str,
+        loaded: &Loaded,
+        binding: &PluginBinding,
+        (endpoint_name, endpoint_url): (String, String),
+        instance: call::PluginInstance,
+    ) {
+        if self
+            .lookup(name)
+            .is_some_and(|current| current.load_id == loaded.load_id)
+        {
+            self.inner.pool.put(
+                &BindingKey {
+                    load_id: loaded.load_id,
+                    endpoint_name: &endpoint_name,
+                    endpoint_url: &endpoint_url,
+                    config: &binding.config,
+                },
+                instance,
+            );
+        }
     }
 }
 
