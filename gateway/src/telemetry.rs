@@ -107,7 +107,7 @@ fn label(key: &'static str, value: impl Into<String>) -> Label {
     Label::new(key, value.into())
 }
 
-/// The catalogue. The README's "Metrics" table lists the same names for operators.
+/// The catalogue. The README's metrics paragraph (under "HTTP API") names them for operators.
 impl Metrics {
     // --- ingestion
 

@@ -94,10 +94,11 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
         AttemptResult::Sent(outcome @ Outcome::Failed { .. }) => match &input.endpoint.backoff {
             Some(binding) => {
                 let elapsed_ms = started_at.since(input.round_started_at).as_millis() as u64;
-                let call = Instant::now();
-                let answer = env
-                    .plugins
-                    .backoff(
+                let answer = noted(
+                    env,
+                    binding,
+                    &mut notes,
+                    env.plugins.backoff(
                         binding,
                         BackoffInput {
                             attempt: input.attempt,
@@ -110,14 +111,9 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
                             previous_delay_ms: input.previous_delay.map(|d| d.as_millis() as u64),
                             random: None,
                         },
-                    )
-                    .await;
-                notes.push(note(
-                    &env.plugins,
-                    &binding.plugin,
-                    call.elapsed(),
-                    answer.as_ref().err(),
-                ));
+                    ),
+                )
+                .await;
                 match answer {
                     Ok(PluginBackoffDecision::RetryIn(wait)) => Some(BackoffDecision::RetryIn(wait)),
                     Ok(PluginBackoffDecision::GiveUp(reason)) => Some(BackoffDecision::GiveUp(reason)),
@@ -153,6 +149,24 @@ fn retry_after_ms(outcome: &Outcome, now: Timestamp) -> Option<u64> {
         } => Some(at.since(now).as_millis() as u64),
         _ => None,
     }
+}
+
+/// Runs one plugin call and adds its note (name, version, time, failure) to the attempt log.
+async fn noted<T>(
+    env: &AttemptEnv,
+    binding: &PluginBinding,
+    notes: &mut Vec<String>,
+    call: impl std::future::Future<Output = Result<T, PluginFailure>>,
+) -> Result<T, PluginFailure> {
+    let started = Instant::now();
+    let answer = call.await;
+    notes.push(note(
+        &env.plugins,
+        &binding.plugin,
+        started.elapsed(),
+        answer.as_ref().err(),
+    ));
+    answer
 }
 
 /// What the attempt log says about one plugin call: name, version (file hash) and time.
@@ -263,10 +277,11 @@ async fn transform(
     notes: &mut Vec<String>,
 ) -> Result<Option<(HeaderMap, Bytes)>, AttemptResult> {
     let endpoint = input.endpoint;
-    let call = Instant::now();
-    let answer = env
-        .plugins
-        .transform(
+    let answer = noted(
+        env,
+        binding,
+        notes,
+        env.plugins.transform(
             binding,
             TransformInput {
                 endpoint_name: endpoint.name.to_string(),
@@ -278,14 +293,9 @@ async fn transform(
                 headers: header_list(headers),
                 body: body.clone(),
             },
-        )
-        .await;
-    notes.push(note(
-        &env.plugins,
-        &binding.plugin,
-        call.elapsed(),
-        answer.as_ref().err(),
-    ));
+        ),
+    )
+    .await;
     match answer {
         Ok(TransformResult::Forward {
             headers: new_headers,
@@ -313,10 +323,11 @@ async fn sign(
     for (name, _) in &endpoint.headers {
         visible.remove(name);
     }
-    let call = Instant::now();
-    let answer = env
-        .plugins
-        .sign(
+    let answer = noted(
+        env,
+        binding,
+        notes,
+        env.plugins.sign(
             binding,
             SignInput {
                 endpoint_name: endpoint.name.to_string(),
@@ -328,14 +339,9 @@ async fn sign(
                 body: body.clone(),
                 secrets: endpoint.secrets.clone(),
             },
-        )
-        .await;
-    notes.push(note(
-        &env.plugins,
-        &binding.plugin,
-        call.elapsed(),
-        answer.as_ref().err(),
-    ));
+        ),
+    )
+    .await;
     let signed = answer.map_err(plugin_failed)?;
     let signed = header_map(&signed).map_err(|detail| invalid_output(binding, detail))?;
     plugin_headers::signer_answer(headers, signed)
