@@ -7,6 +7,7 @@ pub mod api;
 pub mod charts;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod commit;
 pub mod config;
 pub mod delivery;

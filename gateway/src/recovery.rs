@@ -19,7 +19,7 @@ use crate::config::{Config, EndpointConfig};
 use crate::model::{DeliveryId, EndpointState, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{
-    AnswerFn, IdempotencyRecord, IngestOutcome, ReadyDelivery, ReplayWindow, Store, StoreError,
+    AnswerFn, DeliveryRow, IdempotencyRecord, IngestOutcome, ReadyDelivery, ReplayWindow, Store, StoreError,
 };
 
 /// How far back a replay may reach.
@@ -117,7 +117,9 @@ impl Recovery {
 
     /// Attempts a delivery again now, in a new round. One waiting for a retry is attempted now
     /// instead (the waiting attempt is cancelled); one whose attempt is running is refused.
-    pub async fn redeliver(&self, id: DeliveryId) -> Result<(), RecoveryError> {
+    /// Answers the delivery as the new round left it, read before the round is scheduled (so
+    /// never an attempt of it already).
+    pub async fn redeliver(&self, id: DeliveryId) -> Result<DeliveryRow, RecoveryError> {
         let (row, _) = self
             .store
             .delivery(id)
@@ -131,13 +133,15 @@ impl Recovery {
             return Err(RecoveryError::DeliveryInFlight(id));
         }
         let (store, now) = (self.store.clone(), self.clock.now());
-        self.committer
+        let row = self
+            .committer
             .commit(async move {
                 let restarted = store.restart_delivery(id, now, true).await?;
-                Ok(((), ToSchedule::Restarted(restarted)))
+                let row = store.delivery(id).await?.map(|(row, _)| row);
+                Ok((row, ToSchedule::Restarted(restarted)))
             })
             .await?;
-        Ok(())
+        row.ok_or(RecoveryError::DeliveryNotFound(id))
     }
 
     /// Sends the endpoint's dead deliveries again (at most [`REPLAY_MAX_EVENTS`] per call), each

@@ -184,6 +184,11 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
         ),
         ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
         ("storage.url", keep(&mut new.storage.url, &old.storage.url)),
+        ("cluster.lease", keep(&mut new.cluster.lease, &old.cluster.lease)),
+        (
+            "cluster.node_id",
+            keep(&mut new.cluster.node_id, &old.cluster.node_id),
+        ),
         (
             "delivery.ca_certs",
             keep(&mut new.delivery.extra_roots, &old.delivery.extra_roots),

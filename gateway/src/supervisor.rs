@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! start:    store → sender → plugins → scheduler (rebuilt from the store) → API listener
-//! shutdown: stop accepting → in-flight attempts finish (grace) → outcomes flushed → store closed
+//!           (→ cluster task on PostgreSQL: leases, notices; it hands the scheduler its endpoints)
+//! shutdown: stop accepting → in-flight attempts finish (grace) → outcomes flushed
+//!           → leases given back (PostgreSQL) → store closed
 //! ```
 //!
 //! Every task is spawned here and awaited here: nothing outlives [`Gateway::shutdown`].
@@ -19,18 +21,20 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::{self, ApiDeps, AppState, RuntimeStatus};
 use crate::clock::Clock;
+use crate::cluster::{ClusterTask, ClusterView};
 use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
+use crate::model::Timestamp;
 use crate::plugins::{PluginHost, PluginLimits};
 use crate::recovery::Recovery;
 use crate::reload::{Announce, Reloader, review_bindings_on_plugin_changes};
 use crate::scheduler::attempt::AttemptEnv;
 use crate::scheduler::{Scheduler, SchedulerDeps};
 use crate::server::{self, ServerLimits};
-use crate::store::{PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store};
+use crate::store::{NodeInfo, PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store};
 use crate::telemetry::Metrics;
 
 /// How a gateway is started.
@@ -79,11 +83,23 @@ impl Gateway {
         } = opts;
         let shutdown = CancellationToken::new();
         let metrics = Metrics::new();
-        let store = open_store(&config, store_options, &metrics).await?;
+        let node_id = config
+            .cluster
+            .node_id
+            .clone()
+            .unwrap_or_else(crate::cluster::generated_node_id);
+        let store = open_store(&config, store_options, &metrics, &node_id).await?;
+        let cluster_store = store.clone().cluster();
         let sender = build_sender(&config)?;
         let plugins = start_plugins(&config, &metrics).await?;
         let listener = bind(listener, config.server.listen)?;
         let addr = listener.local_addr()?;
+        let node = NodeInfo {
+            id: node_id,
+            address: addr.to_string(),
+            started_at: Timestamp::from_system_time(std::time::SystemTime::now()),
+        };
+        let lease = config.cluster.lease;
         let grace = config.server.shutdown_grace;
         let server_limits =
             ServerLimits::new(config.server.header_timeout, config.server.body_timeout, grace);
@@ -95,6 +111,7 @@ impl Gateway {
             sender: sender.clone(),
             plugins: plugins.clone(),
             metrics: metrics.clone(),
+            clustered: cluster_store.is_some(),
         })
         .await
         .context("rebuilding the delivery queue")?;
@@ -114,8 +131,25 @@ impl Gateway {
             metrics,
             tasks: ingest_tasks.clone(),
         };
-        let router = api_router(&reloader, &mut scheduler, &ingest_tasks);
         let mut tasks = JoinSet::new();
+        let view = match cluster_store {
+            Some(cluster_store) => {
+                let nodes = Arc::new(ArcSwap::from_pointee(Vec::new()));
+                let mut task = ClusterTask::new(
+                    cluster_store,
+                    node,
+                    lease,
+                    reloader.scheduler.clone(),
+                    reloader.config.clone(),
+                    nodes.clone(),
+                );
+                let notices = task.start().await;
+                tasks.spawn(task.run(notices, shutdown.child_token()));
+                ClusterView::Shared(nodes)
+            }
+            None => ClusterView::Solo(node),
+        };
+        let router = api_router(&reloader, &mut scheduler, &ingest_tasks, view);
         tasks.spawn(scheduler.run(shutdown.child_token(), grace));
         tasks.spawn(server::serve(
             listener,
@@ -167,6 +201,10 @@ impl Gateway {
         }
         self.ingest_tasks.close();
         self.ingest_tasks.wait().await;
+        // Every attempt has ended and been recorded: the other nodes may take over at once.
+        if let Some(cluster) = self.store.clone().cluster() {
+            cluster.leave().await;
+        }
         self.store.close().await;
         tracing::info!("stopped");
     }
@@ -177,9 +215,10 @@ async fn open_store(
     config: &Config,
     options: Option<SqliteOptions>,
     metrics: &Metrics,
+    node_id: &str,
 ) -> anyhow::Result<Arc<dyn Store>> {
     if let Some(url) = &config.storage.url {
-        let store = PgStore::open(url.expose(), metrics)
+        let store = PgStore::open(url.expose(), metrics, node_id)
             .await
             .context("opening the PostgreSQL database of storage.url")?;
         return Ok(Arc::new(store));
@@ -244,6 +283,7 @@ fn api_router(
     reloader: &Reloader,
     scheduler_actor: &mut Scheduler,
     ingest_tasks: &TaskTracker,
+    cluster: ClusterView,
 ) -> axum::Router {
     let Reloader {
         config,
@@ -295,6 +335,7 @@ fn api_router(
         attempts,
         metrics,
         status,
+        cluster,
     });
     api::router(state).0
 }

@@ -141,7 +141,7 @@ fn migrate_copies_a_sqlite_store_into_postgresql_with_every_id_kept() {
             "the URL is never printed"
         );
 
-        let pg = PgStore::open(&url, &Metrics::new()).await.unwrap();
+        let pg = PgStore::open(&url, &Metrics::new(), "test-reader").await.unwrap();
         assert_same_reads(&sqlite, &pg).await;
         let newest = sqlite.deliveries(all()).await.unwrap()[0].id;
         let Committed(fresh) = pg.ingest(batch(9999, None)).await.unwrap() else {

@@ -15,7 +15,7 @@ use crate::prom::Histogram;
 use crate::report::{Results, Target};
 
 /// The Standard Webhooks test secret; the sink verifies every end-to-end delivery with it.
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const READY_WITHIN: Duration = Duration::from_secs(120);
 const MIB: f64 = 1024.0 * 1024.0;
 /// Measured rounds of each endpoint in the plugin scenario.
@@ -77,7 +77,7 @@ pub(crate) struct Bench {
 }
 
 /// A temp dir with a config file for one gateway.
-struct Site {
+pub(crate) struct Site {
     dir: tempfile::TempDir,
     config: PathBuf,
 }
@@ -103,6 +103,21 @@ impl Site {
         GatewayProcess::spawn(&self.config, log, READY_WITHIN).await
     }
 
+    /// A site whose config names its own storage (a PostgreSQL URL): no SQLite file.
+    pub(crate) fn without_sqlite(root: &Path, body: &str) -> anyhow::Result<Site> {
+        std::fs::create_dir_all(root)?;
+        let dir = tempfile::Builder::new()
+            .prefix("hookgate-bench-")
+            .tempdir_in(root)?;
+        let d = dir.path().display();
+        let yaml = format!(
+            "plugins:\n  dir: {d}/plugins\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{body}"
+        );
+        let config = dir.path().join("hookgate.yaml");
+        std::fs::write(&config, yaml)?;
+        Ok(Site { dir, config })
+    }
+
     fn database_bytes(&self) -> u64 {
         ["hookgate.db", "hookgate.db-wal"]
             .iter()
@@ -112,7 +127,7 @@ impl Site {
     }
 }
 
-fn target(gw: &GatewayProcess, topic: &str, payload_bytes: usize) -> LoadTarget {
+pub(crate) fn target(gw: &GatewayProcess, topic: &str, payload_bytes: usize) -> LoadTarget {
     LoadTarget {
         base_url: gw.base_url(),
         topic: topic.into(),
@@ -128,7 +143,11 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Polls `check` every 2 ms until it holds; fails after `within`.
-async fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
+pub(crate) async fn wait_until(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
     while !check() {
         if Instant::now() > deadline {
@@ -139,7 +158,7 @@ async fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> boo
     Ok(())
 }
 
-fn ensure_no_errors(report: &Report, what: &str) -> anyhow::Result<()> {
+pub(crate) fn ensure_no_errors(report: &Report, what: &str) -> anyhow::Result<()> {
     if report.errors > 0 {
         bail!("{what}: {} requests failed: {:?}", report.errors, report.statuses);
     }
@@ -157,7 +176,15 @@ impl Bench {
         site.start(&logs.join(format!("{name}.log"))).await
     }
 
-    fn say(&self, text: &str) {
+    /// Starts another gateway on `site` beside those running (a cluster node); the client is
+    /// kept.
+    pub(crate) async fn start_more(&mut self, site: &Site, name: &str) -> anyhow::Result<GatewayProcess> {
+        let logs = self.work_root.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        site.start(&logs.join(format!("{name}.log"))).await
+    }
+
+    pub(crate) fn say(&self, text: &str) {
         if self.verbose {
             eprintln!("  {text}");
         }

@@ -201,11 +201,6 @@ async fn redeliver(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<DeliveryView>), ApiError> {
     let id = parse_delivery_id(&id)?;
-    state.recovery.redeliver(id).await?;
-    let (row, _) = state
-        .store
-        .delivery(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("delivery_not_found", format!("no delivery `{id}`")))?;
+    let row = state.recovery.redeliver(id).await?;
     Ok((StatusCode::ACCEPTED, Json(DeliveryView::new(row, false))))
 }

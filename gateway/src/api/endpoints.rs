@@ -46,7 +46,7 @@ async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, Api
         .collect();
     Ok(EndpointView::new(
         ep,
-        state.scheduler.health_of(&ep.name),
+        state.health_of(&ep.name).await,
         history,
         problems,
     ))

@@ -51,6 +51,7 @@ pub struct AppState {
     pub(crate) metrics: Metrics,
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
     pub(crate) rate_limits: auth::RateLimits,
+    pub(crate) cluster: crate::cluster::ClusterView,
 }
 
 /// What `GET /v1/status` reports besides counters: when the gateway started and how the last
@@ -122,9 +123,22 @@ pub(crate) struct ApiDeps {
     pub(crate) attempts: Arc<AttemptEnv>,
     pub(crate) metrics: Metrics,
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+    pub(crate) cluster: crate::cluster::ClusterView,
 }
 
 impl AppState {
+    /// An endpoint's health as the API shows it. In a cluster the database's: the node
+    /// delivering the endpoint may be another, and this node learns only its state changes.
+    pub(crate) async fn health_of(&self, endpoint: &str) -> crate::health::EndpointHealth {
+        if let crate::cluster::ClusterView::Shared(_) = self.cluster
+            && let Some(cluster) = self.store.clone().cluster()
+            && let Ok(Some(health)) = cluster.health_of(endpoint).await
+        {
+            return health;
+        }
+        self.scheduler.health_of(endpoint)
+    }
+
     pub(crate) fn new(deps: ApiDeps) -> Self {
         AppState {
             config: deps.config,
@@ -138,6 +152,7 @@ impl AppState {
             metrics: deps.metrics,
             status: deps.status,
             rate_limits: auth::RateLimits::default(),
+            cluster: deps.cluster,
         }
     }
 }

@@ -10,6 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::views::{ClusterNodesView, NodeView};
 use crate::model::{EndpointState, Timestamp};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
@@ -17,6 +18,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(healthz))
         .routes(routes!(metrics))
         .routes(routes!(status))
+        .routes(routes!(cluster))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -111,5 +113,17 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
             errors: r.errors,
         }),
         problems: runtime.binding_problems.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// The nodes that share this gateway's database and how many endpoint leases each holds. On
+/// SQLite, the one node.
+#[utoipa::path(get, path = "/v1/cluster", tag = "ops",
+    responses((status = 200, description = "Nodes", body = ClusterNodesView)))]
+async fn cluster(State(state): State<AppState>) -> Json<ClusterNodesView> {
+    let endpoints = state.config.load().endpoints.len();
+    let nodes = state.cluster.nodes(state.clock.now(), endpoints);
+    Json(ClusterNodesView {
+        nodes: nodes.into_iter().map(NodeView::from).collect(),
     })
 }

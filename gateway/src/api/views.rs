@@ -343,3 +343,36 @@ mod tests {
         assert_eq!(view.payload_base64.as_deref(), Some("/wA="));
     }
 }
+
+/// `GET /v1/cluster`: the nodes sharing this gateway's database (one on SQLite).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct ClusterNodesView {
+    pub(crate) nodes: Vec<NodeView>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct NodeView {
+    pub(crate) id: String,
+    /// Where the node's API listens.
+    pub(crate) address: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) started_at: Timestamp,
+    /// When the node last renewed its leases (the database's clock); a node not seen for
+    /// longer than `cluster.lease` is taken for dead.
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) last_seen_at: Timestamp,
+    /// Endpoints whose deliveries the node holds the lease of.
+    pub(crate) leases: u32,
+}
+
+impl From<crate::store::NodeRow> for NodeView {
+    fn from(n: crate::store::NodeRow) -> Self {
+        NodeView {
+            id: n.id,
+            address: n.address,
+            started_at: n.started_at,
+            last_seen_at: n.last_seen_at,
+            leases: n.leases,
+        }
+    }
+}

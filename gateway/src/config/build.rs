@@ -32,6 +32,7 @@ pub(super) fn build(
     };
     let server = v.server(&raw.server);
     let storage = v.storage(&raw.storage);
+    let cluster = v.cluster(&raw.cluster);
     let plugins = v.plugins(&raw.plugins, &storage.path);
     let delivery = v.delivery(&raw.delivery);
     let health = v.health(&raw.health);
@@ -56,6 +57,7 @@ pub(super) fn build(
         source,
         server,
         storage,
+        cluster,
         plugins,
         delivery,
         health,
@@ -147,6 +149,26 @@ impl Validator<'_> {
                 u64::try_from(bytes).ok()
             }),
         }
+    }
+
+    fn cluster(&mut self, raw: &RawCluster) -> ClusterConfig {
+        let lease = self.duration("cluster.lease", raw.lease.as_deref(), defaults::CLUSTER_LEASE);
+        if lease < limits::MIN_CLUSTER_LEASE {
+            self.problem("cluster.lease", "must be at least 1s".into());
+        }
+        let node_id = raw.node_id.clone().filter(|id| {
+            let ok = !id.is_empty()
+                && id.len() <= 64
+                && id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+            if !ok {
+                self.problem(
+                    "cluster.node_id",
+                    format!("`{id}` must be 1 to 64 letters, digits, `.`, `_` or `-`"),
+                );
+            }
+            ok
+        });
+        ClusterConfig { lease, node_id }
     }
 
     /// A `postgres://` URL that the client can read. The problem never repeats the URL: it may

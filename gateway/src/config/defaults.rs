@@ -26,6 +26,9 @@ pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_IN_FLIGHT: u32 = 512;
 pub const MAX_IN_FLIGHT_PER_ENDPOINT: u32 = 16;
 
+/// How long a node's claim on an endpoint lasts without renewal (PostgreSQL clusters).
+pub const CLUSTER_LEASE: Duration = Duration::from_secs(15);
+
 pub const RETAIN_DELIVERIES: Duration = Duration::from_secs(30 * 86_400);
 pub const RETAIN_EVENTS: Duration = Duration::from_secs(30 * 86_400);
 pub const RETAIN_IDEMPOTENCY_KEYS: Duration = Duration::from_secs(86_400);
@@ -38,6 +41,8 @@ pub mod limits {
     pub const MIN_RETAIN_EVENTS: Duration = Duration::from_secs(7 * 86_400);
     /// The smallest `storage.max_size`: an empty database alone takes tens of KiB.
     pub const MIN_STORAGE_SIZE: usize = 64 * 1024;
+    /// The shortest `cluster.lease`: renewals go every third of it.
+    pub const MIN_CLUSTER_LEASE: Duration = Duration::from_secs(1);
     /// The largest CA file read: a bundle of a few hundred certificates.
     pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
     /// Topic and endpoint names appear in URLs and metrics labels.

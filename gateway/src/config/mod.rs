@@ -125,6 +125,7 @@ pub struct Config {
     pub source: Option<PathBuf>,
     pub server: ServerConfig,
     pub storage: StorageConfig,
+    pub cluster: ClusterConfig,
     pub plugins: PluginsConfig,
     pub delivery: DeliveryConfig,
     pub health: HealthConfig,
@@ -153,6 +154,13 @@ pub struct StorageConfig {
     pub max_size_bytes: Option<u64>,
     /// The PostgreSQL database to use instead of `path`; a secret (it may hold a password).
     pub url: Option<Secret>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub lease: Duration,
+    /// None: a fresh id at every start.
+    pub node_id: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -16,6 +16,9 @@ pub struct RawConfig {
     pub server: RawServer,
     #[serde(default)]
     pub storage: RawStorage,
+    /// How nodes sharing one PostgreSQL database split the work (ignored on SQLite).
+    #[serde(default)]
+    pub cluster: RawCluster,
     #[serde(default)]
     pub plugins: RawPlugins,
     #[serde(default)]
@@ -73,6 +76,19 @@ pub struct RawStorage {
     /// A PostgreSQL database instead of the SQLite file, e.g.
     /// `postgres://hookgate:${PGPASSWORD}@db.internal/hookgate`. Read at start only.
     pub url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    /// How long a node's claim on an endpoint's deliveries lasts without renewal: after a node
+    /// dies, the others take its endpoints over within about this long plus a third of it.
+    /// Renewed every third of it while the node runs. At least `1s`. Default `15s`. Read at
+    /// start only.
+    pub lease: Option<String>,
+    /// This node's id in `GET /v1/cluster` and the lease table (letters, digits, `.`, `_`,
+    /// `-`; at most 64). Default: the host name and a random suffix, new at every start.
+    pub node_id: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

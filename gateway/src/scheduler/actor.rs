@@ -2,7 +2,7 @@
 //! attempt's [`lifecycle::decide`] decision.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::health::{EndpointHealth, HealthInput};
 use crate::model::{DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
-use crate::store::{AttemptWrite, PendingDelivery, ReadyDelivery, StateChange, Store};
+use crate::store::{AttemptWrite, PendingDelivery, StateChange, Store};
 use crate::telemetry::Metrics;
 
 /// A delivery waiting in memory. Deliveries ingested by this process keep their event (while
@@ -126,6 +126,19 @@ pub(super) struct Actor {
     pub(super) publisher: Option<Publisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     pub(super) runtime: tokio::runtime::Handle,
+    /// In a cluster, the endpoints this node delivers (None: every endpoint, one node).
+    pub(super) owned: Option<HashSet<Arc<str>>>,
+    /// Deliveries that were in flight when their endpoint was taken in again (see
+    /// `ownership.rs`): their next attempt belongs to the lane's new epoch.
+    pub(super) carried: HashSet<DeliveryId>,
+    /// Endpoints owned whose pending deliveries are being read: what arrives meanwhile, so
+    /// that the read does not add it twice.
+    pub(super) arrivals: HashMap<Arc<str>, HashSet<DeliveryId>>,
+    /// Deliveries of ordered endpoints this node committed and delivers, which it takes in
+    /// from their notice (see `takes_directly`); until then the scheduler is not idle.
+    pub(super) awaiting: HashMap<DeliveryId, Arc<str>>,
+    /// Own deliveries whose notice came before the scheduler heard of their commit.
+    pub(super) noticed_early: HashSet<DeliveryId>,
     pub(super) metrics: Metrics,
     lateness: metrics::Histogram,
 }
@@ -167,6 +180,11 @@ impl Actor {
             health_reports,
             publisher: None,
             runtime: tokio::runtime::Handle::current(),
+            owned: deps.clustered.then(HashSet::new),
+            carried: HashSet::new(),
+            arrivals: HashMap::new(),
+            awaiting: HashMap::new(),
+            noticed_early: HashSet::new(),
             metrics: deps.metrics,
             lateness,
         };
@@ -183,27 +201,46 @@ impl Actor {
         let restored = pending.len();
         let now = self.clock.now();
         for p in pending {
-            if !self.shared.receives_events(&p.endpoint) {
-                // The pause was committed but not yet the failing of its waiting deliveries
-                // when the gateway stopped: finish that now instead of sending them.
-                self.fail_unsent(p.id, ErrorKind::EndpointPaused, now);
-                continue;
-            }
-            let item = Item {
-                id: p.id,
-                endpoint: p.endpoint,
-                event: None,
-                round: p.round,
-                round_started_at: p.round_started_at,
-                attempts_made: p.attempts_made,
-                ordering_key: p.ordering_key.map(Arc::from),
-                previous_delay: None,
-                epoch: 0,
-                due_at: p.next_attempt_at,
-            };
-            self.admit(item, p.next_attempt_at);
+            self.take_pending(p, now);
         }
         tracing::info!(restored, "scheduler queue rebuilt from the store");
+    }
+
+    /// Takes in one pending delivery read from the store (its event is read when due).
+    pub(super) fn take_pending(&mut self, p: PendingDelivery, now: Timestamp) {
+        if !self.shared.receives_events(&p.endpoint) {
+            // The pause was committed but not yet the failing of its waiting deliveries
+            // when the gateway (or the node that paused it) stopped: finish that now.
+            self.fail_unsent(p.id, ErrorKind::EndpointPaused, now);
+            return;
+        }
+        let at = p.next_attempt_at;
+        self.admit(pending_item(p), at);
+    }
+
+    /// Whether this node delivers the endpoint's deliveries.
+    pub(super) fn owns(&self, endpoint: &str) -> bool {
+        self.owned.as_ref().is_none_or(|owned| owned.contains(endpoint))
+    }
+
+    /// Whether a delivery this node committed goes straight into its queue. In a cluster, not
+    /// when another node delivers the endpoint (the commit's notice tells that node), nor for
+    /// an ordered endpoint: its deliveries come from the notices of every node, which arrive
+    /// in commit order, so that one key's events are sent in the order they were accepted
+    /// whichever node accepted them.
+    pub(super) fn takes_directly(&self, endpoint: &str) -> bool {
+        match &self.owned {
+            None => true,
+            Some(owned) => {
+                owned.contains(endpoint)
+                    && !self
+                        .config
+                        .load()
+                        .endpoints
+                        .get(endpoint)
+                        .is_some_and(|ep| ep.ordered)
+            }
+        }
     }
 
     pub(super) async fn run(&mut self, shutdown: CancellationToken, grace: Duration) {
@@ -274,6 +311,10 @@ impl Actor {
                 let now = self.clock.now();
                 let mut last_held: Option<(Arc<Event>, Option<Arc<HeldEvent>>)> = None;
                 for r in ready {
+                    if !self.takes_directly(&r.endpoint) {
+                        self.await_notice(r.id, &r.endpoint);
+                        continue;
+                    }
                     if !self.shared.receives_events(&r.endpoint) {
                         // Fanned out before the endpoint was paused: it never gets this one.
                         self.fail_unsent(r.id, ErrorKind::EndpointPaused, now);
@@ -300,7 +341,22 @@ impl Actor {
                     self.admit(item, r.next_attempt_at);
                 }
             }
-            Command::Replace(ready) => self.replace_waiting(ready),
+            Command::Replace(ready) if self.takes_directly(&ready.endpoint) => {
+                let item = Item {
+                    id: ready.id,
+                    ordering_key: ready.event.ordering_key.as_deref().map(Arc::from),
+                    endpoint: ready.endpoint,
+                    event: HeldEvent::hold(ready.event, &self.held_bytes),
+                    round: ready.round,
+                    round_started_at: ready.round_started_at,
+                    attempts_made: ready.attempts_made,
+                    previous_delay: None,
+                    epoch: 0,
+                    due_at: ready.next_attempt_at,
+                };
+                self.replace_waiting(item);
+            }
+            Command::Replace(ready) => self.await_notice(ready.id, &ready.endpoint),
             Command::Reenable { endpoint, reply } => {
                 let now = self.clock.now();
                 self.reenable_waiters
@@ -310,6 +366,11 @@ impl Actor {
                 self.step_health_at(&endpoint, HealthInput::Reenable, now);
             }
             Command::Reconfigured => self.reconfigure(),
+            Command::Own(endpoint) => self.own(endpoint),
+            Command::Owned { endpoint, pending } => self.take_owned(&endpoint, pending),
+            Command::Disown(endpoint) => self.disown(&endpoint),
+            Command::Load { pending, noticed } => self.load_notified(pending, noticed),
+            Command::HealthChanged { endpoint, health } => self.health_changed(endpoint, health),
         }
     }
 
@@ -326,6 +387,10 @@ impl Actor {
         if self.take_superseded(&item) {
             return;
         }
+        if let Some(arrived) = self.arrivals.get_mut(&item.endpoint) {
+            arrived.insert(item.id);
+        }
+        self.notice_came(item.id);
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         let lane = self.lane(&item.endpoint);
         item.epoch = lane.epoch;
@@ -349,24 +414,14 @@ impl Actor {
     /// anywhere else (heap, lane, in flight) the old item is marked superseded and dropped
     /// when it surfaces, and the new round goes to the heap for now. Being the old item's
     /// successor, it inherits its claim on the ordering key.
-    fn replace_waiting(&mut self, ready: ReadyDelivery) {
+    pub(super) fn replace_waiting(&mut self, item: Item) {
+        self.notice_came(item.id);
         let now = self.clock.now();
-        if !self.shared.receives_events(&ready.endpoint) {
-            self.fail_unsent(ready.id, ErrorKind::EndpointPaused, now);
+        if !self.shared.receives_events(&item.endpoint) {
+            self.fail_unsent(item.id, ErrorKind::EndpointPaused, now);
             return;
         }
-        let item = Item {
-            id: ready.id,
-            ordering_key: ready.event.ordering_key.as_deref().map(Arc::from),
-            endpoint: ready.endpoint,
-            event: HeldEvent::hold(ready.event, &self.held_bytes),
-            round: ready.round,
-            round_started_at: ready.round_started_at,
-            attempts_made: ready.attempts_made,
-            previous_delay: None,
-            epoch: 0,
-            due_at: ready.next_attempt_at,
-        };
+        let due_at = item.due_at;
         let lane = self.lane(&item.endpoint);
         let item = match lane.replace_held(item) {
             Ok(()) => return,
@@ -382,7 +437,7 @@ impl Actor {
             self.superseded.insert(item.id, item.round);
         }
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        self.push_due(Item { epoch, ..item }, ready.next_attempt_at);
+        self.push_due(Item { epoch, ..item }, due_at);
     }
 
     /// True (and forgotten) when `item` belongs to a round that a newer one has replaced.
@@ -454,7 +509,7 @@ impl Actor {
             .in_flight
             .lock()
             .expect("in-flight lock")
-            .insert(item.id);
+            .insert(item.id, item.endpoint.clone());
         let env = self.env.clone();
         let store = self.store.clone();
         let config = config.clone();
@@ -462,24 +517,33 @@ impl Actor {
             .spawn_on(run_attempt(env, store, config, item), &self.runtime);
     }
 
-    /// Applies a finished attempt: bookkeeping, the lifecycle decision (health, status, next
-    /// attempt), its state changes and metrics, then requeues or releases the item.
+    /// Applies a finished attempt (see [`Actor::settle_attempt`]). The attempt counts as in
+    /// flight until its state changes are sent: a node handing its endpoint over waits for
+    /// both, and then for their commit.
     fn finish(&mut self, done: Finished) {
+        let id = match &done {
+            Finished::Ran { item, .. } | Finished::Gone { item } | Finished::EndpointRemoved { item } => {
+                item.id
+            }
+        };
+        self.settle_attempt(done);
+        self.shared.in_flight.lock().expect("in-flight lock").remove(&id);
+    }
+
+    /// Bookkeeping, the lifecycle decision (health, status, next attempt), its state changes
+    /// and metrics, then requeues or releases the item.
+    fn settle_attempt(&mut self, done: Finished) {
         let item = match &done {
             Finished::Ran { item, .. } | Finished::Gone { item } | Finished::EndpointRemoved { item } => item,
         };
         self.in_flight -= 1;
-        self.shared
-            .in_flight
-            .lock()
-            .expect("in-flight lock")
-            .remove(&item.id);
         if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
             lane.in_flight -= 1;
         }
         // A redeliver replaced this round while its attempt ran: the outcome is still
         // recorded (it happened, and counts for health), but the new round carries on.
         let superseded = self.take_superseded(item);
+        let carried = self.carried.remove(&item.id);
         let now = self.clock.now();
         let (item, report, event) = match done {
             Finished::Ran { item, report, event } => (item, report, event),
@@ -502,6 +566,10 @@ impl Actor {
         };
         let decision = self.decide(&item, &report, &event, now);
         self.record(&item, &report, &decision, now);
+        let mut item = item;
+        if carried {
+            item.epoch = self.lane(&item.endpoint).epoch;
+        }
         match decision.next_attempt_at {
             Some(at) if !superseded => self.requeue(item, event, at, now),
             _ => {
@@ -578,7 +646,7 @@ impl Actor {
                 delivery = %item.id, endpoint = %item.endpoint, attempt = n, reason = %reason, "event dropped by the transform"
             ),
         }
-        let _ = self.changes.send(StateChange::Attempt(AttemptWrite {
+        self.change(StateChange::Attempt(AttemptWrite {
             delivery: item.id,
             round: item.round,
             attempt,
@@ -603,9 +671,18 @@ impl Actor {
         self.push_due(item, at);
     }
 
+    /// Sends a state change to the store (through the feeder), counted so that a node handing
+    /// an endpoint over can wait until what it decided is committed.
+    pub(super) fn change(&self, change: StateChange) {
+        self.shared.changes_sent.fetch_add(1, Ordering::SeqCst);
+        if self.changes.send(change).is_err() {
+            self.shared.changes_done.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     /// Ends a pending delivery that will not be attempted (its endpoint is paused or gone).
     pub(super) fn fail_unsent(&self, delivery: DeliveryId, kind: ErrorKind, now: Timestamp) {
-        let _ = self.changes.send(StateChange::Finish {
+        self.change(StateChange::Finish {
             delivery,
             status: DeliveryStatus::Failed,
             error: kind.as_str().into(),
@@ -622,6 +699,22 @@ impl Actor {
         if let Some(next) = lane.release_key(key, item.epoch) {
             lane.waiting.push_back(next);
         }
+    }
+}
+
+/// An item for a pending delivery read from the store, without its event.
+pub(super) fn pending_item(p: PendingDelivery) -> Item {
+    Item {
+        id: p.id,
+        endpoint: p.endpoint,
+        event: None,
+        round: p.round,
+        round_started_at: p.round_started_at,
+        attempts_made: p.attempts_made,
+        ordering_key: p.ordering_key.map(Arc::from),
+        previous_delay: None,
+        epoch: 0,
+        due_at: p.next_attempt_at,
     }
 }
 

@@ -25,7 +25,12 @@ pub(super) async fn feed_store(
     mut rx: mpsc::UnboundedReceiver<StateChange>,
     reports: mpsc::UnboundedSender<HealthReport>,
     write_failures: metrics::Counter,
+    done: Arc<super::handle::Shared>,
 ) {
+    let done = |count: usize| {
+        done.changes_done
+            .fetch_add(count as u64, std::sync::atomic::Ordering::SeqCst);
+    };
     const FIRST_RETRY: Duration = Duration::from_millis(50);
     const MAX_RETRY: Duration = Duration::from_secs(2);
     let mut pending: Vec<StateChange> = Vec::with_capacity(1024);
@@ -46,6 +51,7 @@ pub(super) async fn feed_store(
                     .map(|a| (a.endpoint, a.input, Some(a.step)))
                     .collect();
                 let _ = reports.send(report);
+                done(count);
                 retry = FIRST_RETRY;
                 if let Some(since) = failing_since.take() {
                     tracing::info!(
@@ -89,6 +95,7 @@ pub(super) async fn feed_store(
                     })
                     .collect();
                 let _ = reports.send(report);
+                done(count);
             }
         }
     }

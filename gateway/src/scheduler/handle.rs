@@ -1,7 +1,7 @@
 //! The handle the rest of the gateway holds, and the state the API reads without asking the
 //! actor.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, Timestamp};
-use crate::store::{ReadyDelivery, Restarted};
+use crate::store::{PendingDelivery, ReadyDelivery, Restarted};
 
 /// What the rest of the gateway asks of the actor.
 pub(super) enum Command {
@@ -22,6 +22,26 @@ pub(super) enum Command {
         reply: oneshot::Sender<EndpointHealth>,
     },
     Reconfigured,
+    /// This node now delivers the endpoint (a cluster lease); its pending deliveries follow.
+    Own(Arc<str>),
+    /// The pending deliveries of an endpoint just owned, as read after the `Own`.
+    Owned {
+        endpoint: Arc<str>,
+        pending: Vec<PendingDelivery>,
+    },
+    /// Another node delivers the endpoint now, or will once this one lets go.
+    Disown(Arc<str>),
+    /// Deliveries made pending, from notices, and the ids of this node's own deliveries those
+    /// notices named (pending or not by now).
+    Load {
+        pending: Vec<PendingDelivery>,
+        noticed: Vec<DeliveryId>,
+    },
+    /// Another node changed the endpoint's health.
+    HealthChanged {
+        endpoint: Arc<str>,
+        health: EndpointHealth,
+    },
 }
 
 /// Callback the scheduler uses to publish operator events (`hookgate.endpoint.*`). Set by the
@@ -32,7 +52,8 @@ pub type Publisher = Arc<dyn Fn(Arc<str>, &'static str, EndpointHealth) + Send +
 #[derive(Default)]
 pub(super) struct Shared {
     pub(super) health: RwLock<HashMap<Arc<str>, EndpointHealth>>,
-    pub(super) in_flight: Mutex<HashSet<DeliveryId>>,
+    /// Attempts running now, and their endpoints.
+    pub(super) in_flight: Mutex<HashMap<DeliveryId, Arc<str>>>,
     pub(super) queued: AtomicU64,
     /// Commands sent and not yet taken by the actor.
     pub(super) commands_pending: AtomicU64,
@@ -43,6 +64,12 @@ pub(super) struct Shared {
     pub(super) idle: AtomicBool,
     /// When the actor will next wake by itself (ms since the epoch; `i64::MAX` for never).
     pub(super) next_wake_ms: AtomicI64,
+    pub(super) config_changed: tokio::sync::Notify,
+    /// Deliveries committed here that the scheduler takes in from their cluster notice.
+    pub(super) awaiting_notices: AtomicU64,
+    /// State changes sent to the store, and those committed (or given up) since the start.
+    pub(super) changes_sent: AtomicU64,
+    pub(super) changes_done: AtomicU64,
 }
 
 impl Shared {
@@ -96,6 +123,7 @@ impl SchedulerHandle {
     pub fn is_idle(&self, now: Timestamp) -> bool {
         self.shared.commands_pending.load(Ordering::SeqCst) == 0
             && self.shared.health_pending.load(Ordering::SeqCst) == 0
+            && self.shared.awaiting_notices.load(Ordering::SeqCst) == 0
             && self.shared.idle.load(Ordering::SeqCst)
             && self.shared.next_wake_ms.load(Ordering::SeqCst) > now.as_millis()
     }
@@ -115,7 +143,67 @@ impl SchedulerHandle {
             .in_flight
             .lock()
             .expect("in-flight lock")
-            .contains(&id)
+            .contains_key(&id)
+    }
+
+    /// How many state changes the scheduler has sent to the store so far.
+    pub fn changes_sent(&self) -> u64 {
+        self.shared.changes_sent.load(Ordering::SeqCst)
+    }
+
+    /// Whether every state change up to `mark` ([`SchedulerHandle::changes_sent`]) has been
+    /// committed (or given up on).
+    pub fn changes_done_through(&self, mark: u64) -> bool {
+        self.shared.changes_done.load(Ordering::SeqCst) >= mark
+    }
+
+    /// How many attempts of the endpoint are running now (until their outcome is sent to the
+    /// store).
+    pub fn in_flight_for(&self, endpoint: &str) -> usize {
+        self.shared
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .values()
+            .filter(|e| &***e == endpoint)
+            .count()
+    }
+
+    /// In a cluster: this node delivers the endpoint from now on. Call before reading its
+    /// pending deliveries, and hand them over with [`SchedulerHandle::owned`]: deliveries
+    /// committed meanwhile are taken once, whichever way they come.
+    pub fn own(&self, endpoint: Arc<str>) {
+        self.send(Command::Own(endpoint));
+    }
+
+    /// In a cluster: the pending deliveries of an endpoint [`SchedulerHandle::own`] took.
+    pub fn owned(&self, endpoint: Arc<str>, pending: Vec<PendingDelivery>) {
+        self.send(Command::Owned { endpoint, pending });
+    }
+
+    /// Resolves when the config changes (the cluster task then claims new endpoints at once).
+    pub async fn config_changed(&self) {
+        self.shared.config_changed.notified().await;
+    }
+
+    /// In a cluster: this node stops delivering the endpoint. Attempts running go on; their
+    /// outcomes are recorded and nothing more of the endpoint starts here.
+    pub fn disown(&self, endpoint: Arc<str>) {
+        self.send(Command::Disown(endpoint));
+    }
+
+    /// In a cluster: deliveries made pending, as their notices told (those of endpoints this
+    /// node does not deliver are ignored); `noticed`: the ids of this node's own deliveries the
+    /// notices named.
+    pub fn load(&self, pending: Vec<PendingDelivery>, noticed: Vec<DeliveryId>) {
+        if !pending.is_empty() || !noticed.is_empty() {
+            self.send(Command::Load { pending, noticed });
+        }
+    }
+
+    /// In a cluster: another node changed the endpoint's health to `health`.
+    pub fn health_changed(&self, endpoint: Arc<str>, health: EndpointHealth) {
+        self.send(Command::HealthChanged { endpoint, health });
     }
 
     /// Deliveries waiting in memory (due or not) plus those in flight.
@@ -144,6 +232,7 @@ impl SchedulerHandle {
 
     /// Tells the scheduler the config changed (endpoints added, changed or removed).
     pub fn reconfigured(&self) {
+        self.shared.config_changed.notify_waiters();
         self.send(Command::Reconfigured);
     }
 }

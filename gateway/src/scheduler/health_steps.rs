@@ -30,7 +30,7 @@ impl Actor {
             .insert(endpoint.clone(), predicted.clone());
         *self.health_in_store.entry(endpoint.clone()).or_default() += 1;
         self.shared.health_pending.fetch_add(1, Ordering::SeqCst);
-        let _ = self.changes.send(StateChange::Health(HealthChange {
+        self.change(StateChange::Health(HealthChange {
             endpoint: endpoint.clone(),
             input,
             at,
@@ -98,7 +98,7 @@ impl Actor {
                 Effect::StopDeliveries => {
                     let dropped = self.lane(endpoint).stop();
                     self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
-                    let _ = self.changes.send(StateChange::FailPending {
+                    self.change(StateChange::FailPending {
                         endpoint: endpoint.clone(),
                         kind: ErrorKind::EndpointPaused,
                         status: DeliveryStatus::Failed,
@@ -190,7 +190,7 @@ impl Actor {
                 }
                 self.lanes.insert(name.clone(), fresh);
             }
-            let _ = self.changes.send(StateChange::FailPending {
+            self.change(StateChange::FailPending {
                 endpoint: name,
                 kind: ErrorKind::EndpointRemoved,
                 status: DeliveryStatus::Failed,

@@ -18,7 +18,8 @@
 //! attempt tasks), `lifecycle.rs` (the pure decision after an attempt), `health_steps.rs` (health
 //! steps, effects, timers, reconfiguration), `lane.rs` (one endpoint's lane), `held.rs` (the
 //! memory budget for held events), `feeder.rs` (state changes to the store), `attempt.rs` (one
-//! attempt, shared with the endpoint test call), `meters.rs` (per-endpoint metric handles).
+//! attempt, shared with the endpoint test call), `meters.rs` (per-endpoint metric handles),
+//! `ownership.rs` (in a cluster: the endpoints this node delivers).
 
 pub(crate) mod attempt;
 mod lane;
@@ -30,6 +31,7 @@ mod handle;
 mod health_steps;
 mod held;
 mod lifecycle;
+mod ownership;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +54,9 @@ pub struct SchedulerDeps {
     pub sender: crate::delivery::Sender,
     pub plugins: crate::plugins::PluginHost,
     pub metrics: crate::telemetry::Metrics,
+    /// Several nodes share the store: this one delivers only the endpoints the cluster task
+    /// gives it, and rebuilds nothing at start.
+    pub clustered: bool,
 }
 
 /// Builds the scheduler: loads health and pending deliveries from the store. Returns the
@@ -73,9 +78,12 @@ impl Scheduler {
             .map(|(name, h)| (Arc::<str>::from(name), h))
             .collect();
         let store = deps.store.clone();
+        let clustered = deps.clustered;
         let (mut actor, feeder) = Actor::new(deps, rx, shared.clone());
         actor.arm_every_health_timer();
-        actor.restore(store.pending_deliveries().await?);
+        if !clustered {
+            actor.restore(store.pending_deliveries().await?);
+        }
         let handle = SchedulerHandle { tx, shared };
         Ok((Scheduler { actor, feeder }, handle))
     }
@@ -98,6 +106,7 @@ impl Scheduler {
             feeder.changes,
             feeder.reports,
             actor.metrics.store_write_failures(),
+            actor.shared.clone(),
         ));
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

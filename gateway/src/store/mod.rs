@@ -10,6 +10,7 @@
 //! commits in groups (`synchronous=FULL`, WAL); PostgreSQL groups the fsyncs of concurrent
 //! transactions itself.
 
+mod cluster;
 mod migrations;
 mod postgres;
 mod sqlite;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use cluster::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices};
 pub use postgres::{CopyProgress, PgStore, copy_sqlite_to_postgres};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
@@ -387,6 +389,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Waits until every write submitted so far is committed, then stops the writer.
     async fn close(&self);
+
+    /// The store's side of a cluster, when several nodes can share it (PostgreSQL); None for
+    /// a store only one process can open (SQLite).
+    fn cluster(self: Arc<Self>) -> Option<Arc<dyn ClusterStore>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod auth;
 mod backpressure;
 mod bad_input;
 mod binary;
+mod cluster;
 mod connections;
 mod crash_recovery;
 mod dead_letter;

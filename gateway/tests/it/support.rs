@@ -25,6 +25,8 @@ pub struct Received {
     pub body: Bytes,
     /// The status the sink answered with.
     pub status: u16,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -122,6 +124,7 @@ async fn sink_handler(
         headers,
         body,
         status: reply.status,
+        at: std::time::Instant::now(),
     });
     state.notify.notify_waiters();
     if let Some(delay) = reply.delay {
@@ -586,7 +589,7 @@ pub async fn open_store(dir: &std::path::Path) -> Arc<dyn hookgate::store::Store
     use hookgate::store::{PgStore, SqliteOptions, SqliteStore};
     match postgres_url_for(dir) {
         Some(url) => Arc::new(
-            PgStore::open(&url, &hookgate::telemetry::Metrics::new())
+            PgStore::open(&url, &hookgate::telemetry::Metrics::new(), "test-reader")
                 .await
                 .unwrap(),
         ),

@@ -7,10 +7,11 @@
 //! The tables live in the connection's current schema (`public` unless the URL sets
 //! `options=-c search_path=…`), so one database can hold several independent gateways.
 //!
-//! One node per schema for now: a node holds a session advisory lock for its lifetime and a
-//! second node refuses to start (claiming work across nodes is not built yet; two nodes would
-//! each deliver every pending delivery).
+//! Several nodes may share one schema (a cluster): `cluster.rs` keeps the node list and the
+//! endpoint leases, and every write that makes deliveries pending or changes an endpoint's
+//! state sends a notice (`NOTIFY`, delivered with the commit) that the other nodes listen for.
 
+mod cluster;
 mod copy;
 mod schema;
 
@@ -34,8 +35,6 @@ use crate::health::EndpointHealth;
 use crate::model::{Attempt, EndpointState};
 use crate::telemetry::Metrics;
 
-/// The session advisory lock a node holds while it runs: one per schema.
-const NODE_LOCK: &str = "hashtextextended('hookgate-node:' || current_schema(), 0)";
 /// How long a write waits for a pooled connection before it is refused.
 const POOL_WAIT: Duration = Duration::from_secs(5);
 const POOL_SIZE: usize = 16;
@@ -44,8 +43,11 @@ pub struct PgStore {
     pool: Pool,
     /// How long each write transaction's commit took, as the SQLite writer records its groups.
     commit_seconds: metrics::Histogram,
-    /// The connection that holds [`NODE_LOCK`]; dropping it releases the lock.
-    node: tokio_postgres::Client,
+    /// This node's id, which its notices carry so that it can ignore its own.
+    node_id: String,
+    /// The `NOTIFY` channel of this schema's nodes.
+    channel: String,
+    config: tokio_postgres::Config,
 }
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -54,6 +56,8 @@ impl From<tokio_postgres::Error> for StoreError {
             // No SQL state: the connection itself failed or closed.
             return StoreError::Unavailable(format!("postgres: {e}"));
         };
+        // The server's message says what went wrong; the error's own text is only "db error".
+        let e = e.as_db_error().map_or_else(|| e.to_string(), |db| db.to_string());
         let class = &code.code()[..2];
         let unavailable = matches!(class, "08" | "53" | "57")
             || *code == SqlState::READ_ONLY_SQL_TRANSACTION
@@ -79,31 +83,19 @@ impl From<PoolError> for StoreError {
 }
 
 impl PgStore {
-    /// Connects to `url`, runs the migrations (once, under an advisory lock), and takes the
-    /// node lock. The URL is a secret (it may hold a password): it is never logged.
-    pub async fn open(url: &str, metrics: &Metrics) -> StoreResult<PgStore> {
+    /// Connects to `url` as node `node_id` and runs the migrations (once, under an advisory
+    /// lock). The URL is a secret (it may hold a password): it is never logged.
+    pub async fn open(url: &str, metrics: &Metrics, node_id: &str) -> StoreResult<PgStore> {
         let config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Internal(format!("storage.url is not a PostgreSQL URL: {e}")))?;
-        let (mut node, connection) = config.connect(NoTls).await?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::error!(error = %e, "the node's database connection ended");
-            }
-        });
-        schema::migrate(&mut node).await?;
-        let locked: bool = node
-            .query_one(&format!("SELECT pg_try_advisory_lock({NODE_LOCK})"), &[])
-            .await?
-            .get(0);
-        if !locked {
-            return Err(StoreError::Unavailable(
-                "another hookgate node is running on this database schema; one node per \
-                 schema until clustering lands"
-                    .into(),
-            ));
-        }
+        let (mut client, connection) = config.connect(NoTls).await?;
+        let driver = tokio::spawn(connection);
+        schema::migrate(&mut client).await?;
+        let schema: String = client.query_one("SELECT current_schema()", &[]).await?.get(0);
+        drop(client);
+        let _ = driver.await;
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -119,7 +111,9 @@ impl PgStore {
         Ok(PgStore {
             pool,
             commit_seconds: metrics.writer_commit(),
-            node,
+            node_id: node_id.to_owned(),
+            channel: format!("hookgate_{schema}"),
+            config,
         })
     }
 
@@ -200,6 +194,34 @@ fn health_from_row(row: &Row, first: usize) -> StoreResult<EndpointHealth> {
         last_success_at: opt_ts(row, first + 3),
         changed_at: opt_ts(row, first + 4),
     })
+}
+
+/// Pending deliveries as the scheduler takes them in; a caller adds `AND …` and the order.
+const PENDING_SELECT: &str = "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, \
+     e.ordering_key, d.round_started_at FROM deliveries d JOIN events e ON e.seq = d.event_seq \
+     WHERE d.status = 'pending'";
+
+fn pending_from_rows(rows: &[Row]) -> Vec<PendingDelivery> {
+    // Endpoint names repeat a million times; share one allocation per name.
+    let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
+    rows.iter()
+        .map(|row| {
+            let endpoint: String = row.get(1);
+            let round_started_at = ts(row, 6);
+            PendingDelivery {
+                id: DeliveryId(row.get(0)),
+                endpoint: names
+                    .entry(endpoint)
+                    .or_insert_with_key(|k| Arc::from(k.as_str()))
+                    .clone(),
+                next_attempt_at: opt_ts(row, 2).unwrap_or(round_started_at),
+                round: u(row.get(3)),
+                attempts_made: u(row.get(4)),
+                ordering_key: row.get(5),
+                round_started_at,
+            }
+        })
+        .collect()
 }
 
 async fn query<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
@@ -318,10 +340,47 @@ fn ready(id: DeliveryId, endpoint: Arc<str>, event: Arc<Event>, now: Timestamp) 
     }
 }
 
-/// Applies a health input to the health the database holds (its row locked until the commit),
-/// writes the new health and records the transitions.
-async fn apply_health<C: GenericClient>(c: &C, change: &HealthChange) -> StoreResult<HealthApplied> {
-    let endpoint: &str = &change.endpoint;
+/// Applies health inputs to the health the database holds, in order per endpoint: each
+/// endpoint's row is locked once (`FOR UPDATE`, in name order, so that two nodes never wait on
+/// each other's rows in opposite orders), its inputs are stepped one after another, the result
+/// is written once and the transitions recorded. Answers in the order of `changes`.
+async fn apply_health_run<C: GenericClient>(
+    c: &C,
+    changes: &[&HealthChange],
+) -> StoreResult<Vec<HealthApplied>> {
+    let mut by_endpoint: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for (i, change) in changes.iter().enumerate() {
+        by_endpoint.entry(&change.endpoint).or_default().push(i);
+    }
+    let mut answers: Vec<Option<HealthApplied>> = vec![None; changes.len()];
+    for (endpoint, indices) in by_endpoint {
+        let mut health = lock_health(c, endpoint).await?;
+        for i in indices {
+            let change = changes[i];
+            let step = crate::health::apply(&change.rules, &health, change.input, change.at);
+            health = step.health.clone();
+            for t in &step.transitions {
+                execute(
+                    c,
+                    "INSERT INTO endpoint_history (endpoint, state, at, reason) VALUES ($1, $2, $3, $4)",
+                    &[&endpoint, &t.to.as_str(), &t.at.as_millis(), &t.reason],
+                )
+                .await?;
+            }
+            answers[i] = Some(HealthApplied {
+                endpoint: change.endpoint.clone(),
+                input: change.input,
+                step,
+            });
+        }
+        write_health(c, endpoint, &health).await?;
+    }
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// The endpoint's stored health (a fresh endpoint's row is made active), locked until the
+/// commit.
+async fn lock_health<C: GenericClient>(c: &C, endpoint: &str) -> StoreResult<EndpointHealth> {
     execute(
         c,
         "INSERT INTO endpoint_health (endpoint, state, consecutive_failures) VALUES ($1, 'active', 0)
@@ -336,9 +395,10 @@ async fn apply_health<C: GenericClient>(c: &C, change: &HealthChange) -> StoreRe
         &[&endpoint],
     )
     .await?;
-    let current = health_from_row(&row[0], 0)?;
-    let step = crate::health::apply(&change.rules, &current, change.input, change.at);
-    let h = &step.health;
+    health_from_row(&row[0], 0)
+}
+
+async fn write_health<C: GenericClient>(c: &C, endpoint: &str, h: &EndpointHealth) -> StoreResult<()> {
     execute(
         c,
         "UPDATE endpoint_health SET state = $2, consecutive_failures = $3, failing_since = $4,
@@ -353,54 +413,65 @@ async fn apply_health<C: GenericClient>(c: &C, change: &HealthChange) -> StoreRe
         ],
     )
     .await?;
-    for t in &step.transitions {
-        execute(
-            c,
-            "INSERT INTO endpoint_history (endpoint, state, at, reason) VALUES ($1, $2, $3, $4)",
-            &[&endpoint, &t.to.as_str(), &t.at.as_millis(), &t.reason],
-        )
-        .await?;
-    }
-    Ok(HealthApplied {
-        endpoint: change.endpoint.clone(),
-        input: change.input,
-        step,
-    })
+    Ok(())
 }
 
-async fn write_attempt<C: GenericClient>(c: &C, write: &AttemptWrite) -> StoreResult<()> {
-    let a = &write.attempt;
+/// Writes a run of attempt outcomes with two statements, whatever their number: a node
+/// records hundreds per commit, and one round trip per row would let the records fall behind
+/// the deliveries.
+async fn write_attempts<C: GenericClient>(c: &C, writes: &[&AttemptWrite]) -> StoreResult<()> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let col = |f: &dyn Fn(&AttemptWrite) -> i64| writes.iter().map(|w| f(w)).collect::<Vec<i64>>();
     execute(
         c,
         "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
+                              $6::bigint[], $7::text[], $8::text[], $9::text[])",
         &[
-            &write.delivery.0,
-            &i64::from(write.round),
-            &i64::from(a.n),
-            &a.started_at.as_millis(),
-            &i64::try_from(a.duration_ms).unwrap_or(i64::MAX),
-            &a.status_code.map(i64::from),
-            &a.error_kind.map(|k| k.as_str()),
-            &a.error,
-            &write.plugin_note,
+            &col(&|w| w.delivery.0),
+            &col(&|w| i64::from(w.round)),
+            &col(&|w| i64::from(w.attempt.n)),
+            &col(&|w| w.attempt.started_at.as_millis()),
+            &col(&|w| i64::try_from(w.attempt.duration_ms).unwrap_or(i64::MAX)),
+            &writes.iter().map(|w| w.attempt.status_code.map(i64::from)).collect::<Vec<_>>(),
+            &writes.iter().map(|w| w.attempt.error_kind.map(|k| k.as_str())).collect::<Vec<_>>(),
+            &writes.iter().map(|w| w.attempt.error.clone()).collect::<Vec<_>>(),
+            &writes.iter().map(|w| w.plugin_note.clone()).collect::<Vec<_>>(),
         ],
     )
     .await?;
-    let finished_at = a.started_at.plus(Duration::from_millis(a.duration_ms));
-    // The round guard keeps a late outcome of an old round from overwriting a redelivery.
+    // The last outcome of each round of a delivery is its state. The round guard keeps a late
+    // outcome of an old round from overwriting a redelivery.
+    let mut last: Vec<&AttemptWrite> = Vec::with_capacity(writes.len());
+    let mut seen = std::collections::HashSet::new();
+    for w in writes.iter().rev() {
+        if seen.insert((w.delivery, w.round)) {
+            last.push(w);
+        }
+    }
+    let finished_at = |w: &AttemptWrite| {
+        w.attempt
+            .started_at
+            .plus(Duration::from_millis(w.attempt.duration_ms))
+            .as_millis()
+    };
     execute(
         c,
-        "UPDATE deliveries SET status = $2, attempt_count = $3, next_attempt_at = $4, last_error = $5,
-             updated_at = $6 WHERE id = $1 AND round = $7",
+        "UPDATE deliveries d SET status = u.status, attempt_count = u.n, next_attempt_at = u.next,
+             last_error = u.err, updated_at = u.updated
+         FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[])
+              AS u(id, status, n, next, err, updated, round)
+         WHERE d.id = u.id AND d.round = u.round",
         &[
-            &write.delivery.0,
-            &write.status.as_str(),
-            &i64::from(a.n),
-            &millis(write.next_attempt_at),
-            &write.last_error,
-            &finished_at.as_millis(),
-            &i64::from(write.round),
+            &last.iter().map(|w| w.delivery.0).collect::<Vec<_>>(),
+            &last.iter().map(|w| w.status.as_str()).collect::<Vec<_>>(),
+            &last.iter().map(|w| i64::from(w.attempt.n)).collect::<Vec<_>>(),
+            &last.iter().map(|w| millis(w.next_attempt_at)).collect::<Vec<_>>(),
+            &last.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>(),
+            &last.iter().map(|w| finished_at(w)).collect::<Vec<_>>(),
+            &last.iter().map(|w| i64::from(w.round)).collect::<Vec<_>>(),
         ],
     )
     .await?;
@@ -413,8 +484,8 @@ async fn apply_change<C: GenericClient>(
     applied: &mut Vec<HealthApplied>,
 ) -> StoreResult<()> {
     match change {
-        StateChange::Attempt(write) => write_attempt(c, write).await?,
-        StateChange::Health(change) => applied.push(apply_health(c, change).await?),
+        StateChange::Attempt(write) => write_attempts(c, &[write]).await?,
+        StateChange::Health(change) => applied.extend(apply_health_run(c, &[change]).await?),
         StateChange::FailPending {
             endpoint,
             kind,
@@ -512,6 +583,7 @@ impl Store for PgStore {
         if let Some(record) = &batch.idempotency {
             insert_idempotency(&tx, record).await?;
         }
+        self.notify_deliveries(&tx, out.iter().map(|r| r.id)).await?;
         self.commit(tx).await?;
         Ok(IngestOutcome::Committed(out))
     }
@@ -520,8 +592,26 @@ impl Store for PgStore {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let mut applied = Vec::new();
+        // A run of attempt outcomes and health inputs is written together: outcomes touch only
+        // deliveries and attempts, inputs only health, so neither's order depends on the
+        // other's. Anything else ends a run and keeps its place in the order.
+        let mut attempts: Vec<&AttemptWrite> = Vec::new();
+        let mut health: Vec<&HealthChange> = Vec::new();
         for change in changes.iter() {
-            apply_change(&tx, change, &mut applied).await?;
+            match change {
+                StateChange::Attempt(write) => attempts.push(write),
+                StateChange::Health(input) => health.push(input),
+                other => {
+                    write_attempts(&tx, &std::mem::take(&mut attempts)).await?;
+                    applied.extend(apply_health_run(&tx, &std::mem::take(&mut health)).await?);
+                    apply_change(&tx, other, &mut applied).await?;
+                }
+            }
+        }
+        write_attempts(&tx, &attempts).await?;
+        applied.extend(apply_health_run(&tx, &health).await?);
+        for step in applied.iter().filter(|a| !a.step.transitions.is_empty()) {
+            self.notify_health(&tx, &step.endpoint).await?;
         }
         self.commit(tx).await?;
         Ok(applied)
@@ -536,6 +626,7 @@ impl Store for PgStore {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let restarted = restart_round(&tx, id, now, replace_waiting).await?;
+        self.notify_deliveries(&tx, [id].into_iter()).await?;
         self.commit(tx).await?;
         Ok(restarted)
     }
@@ -562,6 +653,7 @@ impl Store for PgStore {
                     .ready,
             );
         }
+        self.notify_deliveries(&tx, out.iter().map(|r| r.id)).await?;
         self.commit(tx).await?;
         Ok(out)
     }
@@ -598,41 +690,15 @@ impl Store for PgStore {
             record.response = answer(&out);
             insert_idempotency(&tx, &record).await?;
         }
+        self.notify_deliveries(&tx, out.iter().map(|r| r.id)).await?;
         self.commit(tx).await?;
         Ok(IngestOutcome::Committed(out))
     }
 
     async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
         let conn = self.conn().await?;
-        let rows = query(
-            &conn,
-            "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, e.ordering_key, d.round_started_at
-             FROM deliveries d JOIN events e ON e.seq = d.event_seq
-             WHERE d.status = 'pending' ORDER BY d.id",
-            &[],
-        )
-        .await?;
-        // Endpoint names repeat a million times; share one allocation per name.
-        let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let endpoint: String = row.get(1);
-                let round_started_at = ts(row, 6);
-                PendingDelivery {
-                    id: DeliveryId(row.get(0)),
-                    endpoint: names
-                        .entry(endpoint)
-                        .or_insert_with_key(|k| Arc::from(k.as_str()))
-                        .clone(),
-                    next_attempt_at: opt_ts(row, 2).unwrap_or(round_started_at),
-                    round: u(row.get(3)),
-                    attempts_made: u(row.get(4)),
-                    ordering_key: row.get(5),
-                    round_started_at,
-                }
-            })
-            .collect())
+        let rows = query(&conn, &format!("{PENDING_SELECT} ORDER BY d.id"), &[]).await?;
+        Ok(pending_from_rows(&rows))
     }
 
     async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>> {
@@ -888,17 +954,13 @@ impl Store for PgStore {
         Ok(())
     }
 
-    /// Closes the pool and gives the node lock back at once, so that a node started next on
-    /// this database does not wait for the server to notice the closed session.
+    /// Closes the pool; a node that leaves the cluster has given its leases back before.
     async fn close(&self) {
         self.pool.close();
-        if let Err(e) = self
-            .node
-            .execute(&format!("SELECT pg_advisory_unlock({NODE_LOCK})"), &[])
-            .await
-        {
-            tracing::warn!(error = %e, "could not release the node lock; it goes with the connection");
-        }
+    }
+
+    fn cluster(self: Arc<Self>) -> Option<Arc<dyn ClusterStore>> {
+        Some(self)
     }
 }
 

@@ -11,7 +11,8 @@ const MIGRATION_LOCK: &str = "hashtextextended('hookgate-migrations:' || current
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
 /// add the next. Times are milliseconds since the epoch (BIGINT), like the SQLite store's.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE events (
         seq           BIGSERIAL PRIMARY KEY,
         id            TEXT   NOT NULL,
@@ -89,17 +90,38 @@ const MIGRATIONS: &[&str] = &[r#"
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX idempotency_by_time ON idempotency (created_at);
-    "#];
+    "#,
+    r#"
+    CREATE TABLE nodes (
+        id            TEXT   PRIMARY KEY,
+        address       TEXT   NOT NULL,
+        started_at    BIGINT NOT NULL,
+        last_seen_at  BIGINT NOT NULL
+    );
+
+    CREATE TABLE endpoint_leases (
+        endpoint    TEXT   PRIMARY KEY,
+        node        TEXT   NOT NULL,
+        expires_at  BIGINT NOT NULL
+    );
+    CREATE INDEX endpoint_leases_by_node ON endpoint_leases (node);
+    "#,
+];
 
 /// Brings the schema up to this gateway's version; returns it.
 pub(super) async fn migrate(client: &mut Client) -> StoreResult<u32> {
-    client
-        .batch_execute("CREATE TABLE IF NOT EXISTS hookgate_schema (version BIGINT NOT NULL)")
-        .await?;
+    // The lock first: `CREATE TABLE IF NOT EXISTS` run by two sessions at once can still
+    // collide on the catalog.
     client
         .query_one(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"), &[])
         .await?;
-    let result = migrate_locked(client).await;
+    let result = match client
+        .batch_execute("CREATE TABLE IF NOT EXISTS hookgate_schema (version BIGINT NOT NULL)")
+        .await
+    {
+        Ok(()) => migrate_locked(client).await,
+        Err(e) => Err(e.into()),
+    };
     client
         .query_one(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"), &[])
         .await?;

@@ -1,4 +1,4 @@
-//! The PostgreSQL store's own rules (migrations, the node lock, racing writers). Everything else
+//! The PostgreSQL store's own rules (migrations, leases and notices, racing writers). Everything else
 //! it shares with SQLite is proven by the integration suite run on both backends. These tests
 //! need `HOOKGATE_TEST_POSTGRES` (a URL to an existing database, used to create one per test)
 //! and say that they were skipped without it.
@@ -110,30 +110,95 @@ fn a_url_gets_a_search_path() {
     );
 }
 
+/// Two nodes on one schema: an endpoint's lease is held by one of them at a time, passes on
+/// when it is given back or lapses, and each node's notices reach the other but not itself.
 #[tokio::test]
-async fn a_second_node_on_the_same_database_is_refused_until_the_first_is_gone() {
+async fn nodes_share_one_schema_by_leases_and_notices() {
     let Some(db) = TestDb::create().await else { return };
-    let first = PgStore::open(&db.url, &Metrics::new()).await.unwrap();
-    let Err(e) = PgStore::open(&db.url, &Metrics::new()).await else {
-        panic!("a second node started on the same database");
+    let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
+    let e: Vec<Arc<str>> = vec![Arc::from("e")];
+    let lease = Duration::from_millis(400);
+    assert_eq!(a.hold_endpoints(&e, &[], lease).await.unwrap(), e);
+    assert!(
+        b.hold_endpoints(&e, &[], lease).await.unwrap().is_empty(),
+        "held by a"
+    );
+    assert_eq!(
+        a.hold_endpoints(&e, &e, lease).await.unwrap(),
+        e,
+        "released, then taken again"
+    );
+    assert!(
+        b.hold_endpoints(&e, &[], lease).await.unwrap().is_empty(),
+        "renewed by a"
+    );
+    a.hold_endpoints(&[], &e, lease).await.unwrap();
+    assert_eq!(
+        b.hold_endpoints(&e, &[], lease).await.unwrap(),
+        e,
+        "given back by a"
+    );
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    assert_eq!(
+        a.hold_endpoints(&e, &[], lease).await.unwrap(),
+        e,
+        "b's lease lapsed"
+    );
+
+    let info = |id: &str| NodeInfo {
+        id: id.into(),
+        address: "127.0.0.1:1".into(),
+        started_at: Timestamp::from_millis(1),
     };
-    assert!(e.to_string().contains("another hookgate node"), "{e}");
-    first.close().await;
-    PgStore::open(&db.url, &Metrics::new())
-        .await
-        .expect("the database is free again");
+    a.heartbeat(&info("node-a")).await.unwrap();
+    let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
+    let listed: Vec<(&str, u32)> = nodes.iter().map(|n| (n.id.as_str(), n.leases)).collect();
+    assert_eq!(listed, [("node-a", 1), ("node-b", 0)]);
+
+    let mut at_a = a.listen().await.unwrap();
+    let mut at_b = b.listen().await.unwrap();
+    let IngestOutcome::Committed(ready) = a.ingest(batch("evt_1")).await.unwrap() else {
+        panic!("not committed");
+    };
+    let wait = Duration::from_secs(5);
+    let notice = tokio::time::timeout(wait, at_b.next()).await.unwrap();
+    let ids = vec![ready[0].id];
+    assert_eq!(
+        notice,
+        Some(ClusterNotice::Deliveries {
+            ids: ids.clone(),
+            own: false
+        })
+    );
+    let notice = tokio::time::timeout(wait, at_a.next()).await.unwrap();
+    assert_eq!(
+        notice,
+        Some(ClusterNotice::Deliveries { ids, own: true }),
+        "marked as its own"
+    );
+    let pending = b.pending_by_ids(&[ready[0].id]).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        b.pending_of(&e).await.unwrap(),
+        b.pending_of(&[Arc::from("e"), Arc::from("x")]).await.unwrap()
+    );
+
+    a.leave().await;
+    let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
+    assert_eq!(nodes.len(), 1, "a left the node list");
 }
 
 #[tokio::test]
 async fn migrations_run_once_and_a_newer_schema_is_refused() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new()).await.unwrap();
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     store.close().await;
     drop(store);
     let mut client = admin_client(&db.url).await;
     assert_eq!(
         schema::migrate(&mut client).await.unwrap(),
-        1,
+        2,
         "a second run is a no-op"
     );
     schema::force_version(&client, 999).await.unwrap();
@@ -146,7 +211,7 @@ async fn migrations_run_once_and_a_newer_schema_is_refused() {
 #[tokio::test]
 async fn a_duplicate_event_keeps_nothing_of_its_batch() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new()).await.unwrap();
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     store.ingest(batch("evt_1")).await.unwrap();
     let mut twice = batch("evt_2");
     twice.items.push(batch("evt_1").items.remove(0));
@@ -164,7 +229,7 @@ async fn a_duplicate_event_keeps_nothing_of_its_batch() {
 #[tokio::test]
 async fn racing_requests_with_one_idempotency_key_write_once() {
     let Some(db) = TestDb::create().await else { return };
-    let store = Arc::new(PgStore::open(&db.url, &Metrics::new()).await.unwrap());
+    let store = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
     let record = IdempotencyRecord {
         scope: "anonymous".into(),
         key: "k".into(),
@@ -198,7 +263,7 @@ async fn racing_requests_with_one_idempotency_key_write_once() {
 #[tokio::test]
 async fn concurrent_health_inputs_are_all_counted_and_degrade_once() {
     let Some(db) = TestDb::create().await else { return };
-    let store = Arc::new(PgStore::open(&db.url, &Metrics::new()).await.unwrap());
+    let store = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
     let tasks: Vec<_> = (0..5)
         .map(|i| {
             let store = store.clone();

@@ -1,0 +1,180 @@
+//! The PostgreSQL figures: end-to-end delivery (batch ingestion, fan-out to 10) on one node and
+//! on three nodes sharing one database, beside the SQLite figures of the same run. Each run gets
+//! a fresh schema in the database of `--postgres`, dropped afterwards.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use hookgate_loadgen::{Client, Shape, Stop, closed_loop, unix_us};
+use hookgate_sink::{Sink, SinkOptions};
+
+use crate::child::GatewayProcess;
+use crate::report::Target;
+use crate::scenarios::{Bench, SECRET, Site, ensure_no_errors, target, wait_until};
+
+const ENDPOINTS: usize = 10;
+const BATCH: u64 = 100;
+
+/// A schema of its own for one run, dropped when the run ends.
+struct Schema {
+    admin: String,
+    name: String,
+}
+
+impl Schema {
+    async fn create(admin: &str) -> anyhow::Result<Schema> {
+        let name = format!("hg_bench_{}", std::process::id() ^ unix_us() as u32);
+        run_sql(admin, &format!("CREATE SCHEMA {name}")).await?;
+        Ok(Schema {
+            admin: admin.to_owned(),
+            name,
+        })
+    }
+
+    fn url(&self) -> String {
+        let sep = if self.admin.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-c%20search_path%3D{}", self.admin, self.name)
+    }
+
+    async fn drop(self) -> anyhow::Result<()> {
+        run_sql(&self.admin, &format!("DROP SCHEMA {} CASCADE", self.name)).await
+    }
+}
+
+async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .context("connecting to --postgres")?;
+    let driver = tokio::spawn(connection);
+    client.batch_execute(sql).await?;
+    drop(client);
+    let _ = driver.await;
+    Ok(())
+}
+
+impl Bench {
+    /// Fan-out to 10 endpoints through `nodes` gateways on one PostgreSQL schema, each
+    /// ingesting an equal share in batches: deliveries/s from the first request to the last
+    /// delivery, and the nodes' CPU time per delivery.
+    pub(crate) async fn postgres_e2e(
+        &mut self,
+        admin: &str,
+        nodes: usize,
+        events: u64,
+    ) -> anyhow::Result<()> {
+        let schema = Schema::create(admin).await?;
+        let result = self.postgres_run(&schema.url(), nodes, events).await;
+        schema.drop().await?;
+        let (rate, cpu_us) = result?;
+        let (key, label, target) = match nodes {
+            1 => (
+                "pg_e2e_fanout_10",
+                "PostgreSQL, end to end, fan-out to 10, 1 node".to_owned(),
+                Target::at_least(5000.0),
+            ),
+            n => (
+                "pg_e2e_fanout_10_cluster",
+                format!("PostgreSQL, end to end, fan-out to 10, {n} nodes"),
+                None,
+            ),
+        };
+        self.results.record(key, &label, "deliveries/s", rate, target);
+        self.results.record(
+            &format!("{key}_cpu"),
+            &format!("{label} — gateway CPU per delivery (all nodes)"),
+            "µs",
+            cpu_us,
+            None,
+        );
+        Ok(())
+    }
+
+    async fn postgres_run(&mut self, url: &str, nodes: usize, events: u64) -> anyhow::Result<(f64, f64)> {
+        let sink = Sink::start(SinkOptions {
+            secret: Some(SECRET.into()),
+            ..SinkOptions::loopback()
+        })
+        .await?;
+        let mut yaml = format!("storage:\n  url: \"{url}\"\ntopics:\n  orders: {{}}\nendpoints:\n");
+        for i in 0..ENDPOINTS {
+            yaml.push_str(&format!(
+                "  e{i}: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
+                sink.url(&format!("/hook/{i}"))
+            ));
+        }
+        let site = Site::without_sqlite(&self.work_root, &yaml)?;
+        let mut gateways: Vec<GatewayProcess> = Vec::new();
+        for n in 0..nodes {
+            gateways.push(self.start_more(&site, &format!("pg-{nodes}-node{n}")).await?);
+        }
+        // Every node's first turn has run when it is READY; a turn later the endpoints have
+        // spread over the nodes.
+        tokio::time::sleep(Duration::from_secs(if nodes > 1 { 6 } else { 0 })).await;
+        let clients: Vec<Client> = (0..nodes).map(|_| Client::new(64)).collect();
+        let warm = closed_loop(
+            &clients[0],
+            &target(&gateways[0], "orders", 200),
+            Shape::Batch(BATCH as usize),
+            1,
+            Stop::Requests(1),
+        )
+        .await?;
+        ensure_no_errors(&warm, "warm-up")?;
+        wait_until("the warm-up deliveries", Duration::from_secs(60), || {
+            sink.answered_ok() >= warm.deliveries
+        })
+        .await?;
+        sink.reset();
+
+        let cpu_before: Duration = gateways
+            .iter()
+            .map(|g| g.cpu_time())
+            .sum::<anyhow::Result<Duration>>()?;
+        let started_us = unix_us();
+        let per_node = events.div_ceil(BATCH).div_ceil(nodes as u64);
+        let loads = gateways.iter().zip(&clients).map(|(gw, client)| {
+            let t = target(gw, "orders", 200);
+            async move {
+                closed_loop(
+                    client,
+                    &t,
+                    Shape::Batch(BATCH as usize),
+                    4,
+                    Stop::Requests(per_node),
+                )
+                .await
+            }
+        });
+        let mut expected = 0;
+        for report in futures_util::future::join_all(loads).await {
+            let report = report?;
+            ensure_no_errors(&report, "PostgreSQL ingest")?;
+            expected += report.deliveries;
+        }
+        wait_until("every delivery at the sink", Duration::from_secs(900), || {
+            sink.answered_ok() >= expected
+        })
+        .await?;
+        let stats = sink.stats();
+        let cpu: Duration = gateways
+            .iter()
+            .map(|g| g.cpu_time())
+            .sum::<anyhow::Result<Duration>>()?
+            - cpu_before;
+        let seconds = stats
+            .last_request_unix_us
+            .unwrap_or_else(unix_us)
+            .saturating_sub(started_us) as f64
+            / 1e6;
+        for gw in gateways {
+            gw.stop().await?;
+        }
+        if stats.signatures_invalid > 0 {
+            bail!("the sink saw {} bad signatures", stats.signatures_invalid);
+        }
+        let rate = expected as f64 / seconds;
+        let cpu_us = cpu.as_secs_f64() * 1e6 / expected as f64;
+        self.say(&format!("{nodes} node(s): {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery"));
+        Ok((rate, cpu_us))
+    }
+}

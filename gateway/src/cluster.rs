@@ -1,0 +1,454 @@
+//! Several gateways on one PostgreSQL database share the work by endpoint. Each node announces
+//! itself every third of `cluster.lease` (the `nodes` table, on the database's clock); every
+//! node computes, from the same list of live nodes, which node should deliver each endpoint
+//! (rendezvous hashing: a node joining or leaving moves only its share); and a node delivers
+//! an endpoint only while it holds the endpoint's lease, renewed at every turn.
+//!
+//! Because one node at a time delivers an endpoint, its in-flight limit, rate limit, SNS
+//! throttle and ordering keys hold for the whole cluster with the single-node code. A node
+//! hands an endpoint over only once its attempts there have ended; a node that dies stops
+//! renewing, and the next owner takes over once the lease has lapsed. A node that cannot
+//! reach the database stops starting attempts before its leases can lapse.
+//!
+//! Deliveries made pending on one node for an endpoint another node delivers reach the owner
+//! by the commit's notice (`NOTIFY`); a node that gains an endpoint, or whose notice stream
+//! broke, reads the endpoint's pending deliveries from the store. Health lives in the store,
+//! which applies every input under a row lock; nodes learn each other's state changes by
+//! notice. See docs/cluster.md.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::model::{DeliveryId, Timestamp};
+use crate::scheduler::SchedulerHandle;
+use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery};
+
+/// Notices about deliveries this node just read in full are ignored for this long: the
+/// commit's notice can arrive after the read that already saw the delivery.
+const RECENT_LOAD: Duration = Duration::from_secs(5);
+
+/// The node list `GET /v1/cluster` shows.
+#[derive(Clone)]
+pub enum ClusterView {
+    /// One node on SQLite: it delivers every endpoint.
+    Solo(NodeInfo),
+    /// The nodes of a cluster as last read from the database.
+    Shared(Arc<ArcSwap<Vec<NodeRow>>>),
+}
+
+impl ClusterView {
+    pub fn nodes(&self, now: Timestamp, endpoints: usize) -> Vec<NodeRow> {
+        match self {
+            ClusterView::Solo(node) => vec![NodeRow {
+                id: node.id.clone(),
+                address: node.address.clone(),
+                started_at: node.started_at,
+                last_seen_at: now,
+                leases: u32::try_from(endpoints).unwrap_or(u32::MAX),
+            }],
+            ClusterView::Shared(nodes) => nodes.load().as_ref().clone(),
+        }
+    }
+}
+
+/// A node id for this start: the host's name and a random suffix.
+pub fn generated_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".into());
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
+        .take(48)
+        .collect();
+    format!("{host}-{:06x}", rand::random::<u32>() & 0xff_ffff)
+}
+
+/// Which live node should deliver `endpoint`: the one whose hash with it is highest
+/// (rendezvous hashing). Every node computes the same from the same list.
+pub fn owner_of<'a>(live: &[&'a str], endpoint: &str) -> Option<&'a str> {
+    live.iter()
+        .copied()
+        .max_by_key(|node| (score(node, endpoint), *node))
+}
+
+/// The first 8 bytes of SHA-256 over `node \0 endpoint`: the same on every node and every
+/// release (unlike the standard library's hasher), and well spread even for names that differ
+/// in one character, which simpler hashes are not.
+fn score(node: &str, endpoint: &str) -> u64 {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(node.as_bytes());
+    h.update([0]);
+    h.update(endpoint.as_bytes());
+    let digest = h.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+/// The task that keeps this node's place in the cluster.
+pub struct ClusterTask {
+    pub store: Arc<dyn ClusterStore>,
+    pub node: NodeInfo,
+    pub lease: Duration,
+    pub scheduler: SchedulerHandle,
+    pub config: Arc<ArcSwap<Config>>,
+    pub view: Arc<ArcSwap<Vec<NodeRow>>>,
+    /// Endpoints the scheduler delivers here.
+    owned: HashSet<Arc<str>>,
+    /// Endpoints given up whose attempts still run here: their leases are renewed until the
+    /// attempts have ended (then the mark of the scheduler's state changes so far is taken)
+    /// and their outcomes are committed (the changes through the mark), then given back.
+    draining: HashMap<Arc<str>, Option<u64>>,
+    /// When the last successful lease renewal was asked for.
+    renewed: Option<Instant>,
+    /// Deliveries read in full lately, with when.
+    recent: Vec<(Instant, HashSet<(DeliveryId, u32)>)>,
+}
+
+impl ClusterTask {
+    pub fn new(
+        store: Arc<dyn ClusterStore>,
+        node: NodeInfo,
+        lease: Duration,
+        scheduler: SchedulerHandle,
+        config: Arc<ArcSwap<Config>>,
+        view: Arc<ArcSwap<Vec<NodeRow>>>,
+    ) -> ClusterTask {
+        ClusterTask {
+            store,
+            node,
+            lease,
+            scheduler,
+            config,
+            view,
+            owned: HashSet::new(),
+            draining: HashMap::new(),
+            renewed: None,
+            recent: Vec::new(),
+        }
+    }
+
+    fn turn(&self) -> Duration {
+        self.lease / 3
+    }
+
+    /// The first turn, before the node serves: it listens, announces itself and takes the
+    /// endpoints it should deliver.
+    pub async fn start(&mut self) -> Option<Notices> {
+        let notices = self.listen().await;
+        self.renew().await;
+        notices
+    }
+
+    /// Runs until `shutdown`, from the first turn's notice stream. The node's leases are
+    /// given back by the supervisor once the scheduler has stopped ([`ClusterStore::leave`]).
+    pub async fn run(mut self, mut notices: Option<Notices>, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + self.turn(), self.turn());
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let scheduler = self.scheduler.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => {
+                    if notices.is_none() {
+                        notices = self.listen().await;
+                    }
+                    self.renew().await;
+                }
+                // Endpoints added by a reload are claimed at once, not a turn later.
+                _ = scheduler.config_changed() => self.renew().await,
+                notice = next_notice(&mut notices) => match notice {
+                    Some(first) => self.take_notices(first, notices.as_mut()).await,
+                    None => {
+                        tracing::warn!("the cluster notice stream ended; reconnecting");
+                        notices = None;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Opens the notice stream, then reads again what a broken stream may have missed: the
+    /// pending deliveries of every endpoint delivered here, and every endpoint's health.
+    async fn listen(&mut self) -> Option<Notices> {
+        let notices = match self.store.listen().await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for cluster notices; trying again");
+                return None;
+            }
+        };
+        for endpoint in std::mem::take(&mut self.owned) {
+            self.scheduler.disown(endpoint);
+        }
+        let endpoints: Vec<Arc<str>> = self.config.load().endpoints.keys().cloned().collect();
+        for endpoint in endpoints {
+            if let Ok(Some(health)) = self.store.health_of(&endpoint).await {
+                self.scheduler.health_changed(endpoint, health);
+            }
+        }
+        Some(notices)
+    }
+
+    /// One turn: announce this node, work out which endpoints it should deliver, renew and
+    /// take their leases, give back what it no longer delivers, and load what it gained.
+    async fn renew(&mut self) {
+        let (now, nodes) = match self.store.heartbeat(&self.node).await {
+            Ok(answer) => answer,
+            Err(e) => return self.renewal_failed(&e),
+        };
+        let desired = self.desired(now, &nodes);
+        self.view.store(Arc::new(nodes));
+        for endpoint in self.owned.iter().filter(|e| !desired.contains(*e)) {
+            self.scheduler.disown(endpoint.clone());
+            self.draining.insert(endpoint.clone(), None);
+        }
+        self.owned.retain(|e| desired.contains(e));
+        let release = self.drained();
+        let wanted: Vec<Arc<str>> = desired.iter().chain(self.draining.keys()).cloned().collect();
+        let asked = Instant::now();
+        let held = match self.store.hold_endpoints(&wanted, &release, self.lease).await {
+            Ok(held) => held.into_iter().collect::<HashSet<_>>(),
+            Err(e) => return self.renewal_failed(&e),
+        };
+        self.renewed = Some(asked);
+        // Leases of an earlier run under this node id: given back at the next turn.
+        for stale in held.iter().filter(|e| !wanted.contains(*e)) {
+            self.draining.insert(stale.clone(), Some(0));
+        }
+        for lost in self.owned.iter().filter(|e| !held.contains(*e)) {
+            tracing::warn!(endpoint = %lost, "another node took this endpoint's lease over");
+            self.scheduler.disown(lost.clone());
+        }
+        self.owned.retain(|e| held.contains(e));
+        let gained: Vec<Arc<str>> = desired
+            .into_iter()
+            .filter(|e| held.contains(e) && !self.owned.contains(e))
+            .collect();
+        self.gain(gained).await;
+    }
+
+    /// Waits (up to a lease) until the outcomes decided so far are committed, so that a full
+    /// read after it does not find deliveries this node has just made as still pending.
+    async fn wait_committed(&self) {
+        let mark = self.scheduler.changes_sent();
+        let deadline = Instant::now() + self.lease;
+        while !self.scheduler.changes_done_through(mark) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The endpoints given up that may be handed over now (forgotten here): no attempt of
+    /// theirs runs, and every outcome decided before that moment is committed.
+    fn drained(&mut self) -> Vec<Arc<str>> {
+        let mut release = Vec::new();
+        for (endpoint, mark) in self.draining.iter_mut() {
+            if mark.is_none() && self.scheduler.in_flight_for(endpoint) == 0 {
+                *mark = Some(self.scheduler.changes_sent());
+            }
+            if mark.is_some_and(|m| self.scheduler.changes_done_through(m)) {
+                release.push(endpoint.clone());
+            }
+        }
+        for endpoint in &release {
+            self.draining.remove(endpoint);
+        }
+        release
+    }
+
+    /// The endpoints this node should deliver, given the nodes seen alive within a lease.
+    fn desired(&self, now: Timestamp, nodes: &[NodeRow]) -> HashSet<Arc<str>> {
+        let mut live: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.last_seen_at.plus(self.lease) > now)
+            .map(|n| n.id.as_str())
+            .collect();
+        if !live.contains(&self.node.id.as_str()) {
+            live.push(&self.node.id);
+        }
+        let config = self.config.load();
+        config
+            .endpoints
+            .keys()
+            .filter(|e| owner_of(&live, e) == Some(self.node.id.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Takes over endpoints whose leases this node now holds: the scheduler takes them, then
+    /// their pending deliveries as read after that (see [`SchedulerHandle::own`]). An endpoint
+    /// whose read fails is let go and tried again at the next turn.
+    async fn gain(&mut self, gained: Vec<Arc<str>>) {
+        if gained.is_empty() {
+            return;
+        }
+        for endpoint in &gained {
+            self.scheduler.own(endpoint.clone());
+        }
+        // An endpoint taken back (after a broken notice stream or lost leases) may have
+        // outcomes of this node's on their way to the store: read after they are there.
+        self.wait_committed().await;
+        let pending = match self.store.pending_of(&gained).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the pending deliveries of endpoints taken over; trying again");
+                for endpoint in gained {
+                    self.scheduler.disown(endpoint);
+                }
+                return;
+            }
+        };
+        self.remember(pending.iter().map(|p| (p.id, p.round)).collect());
+        let mut by_endpoint: HashMap<Arc<str>, Vec<PendingDelivery>> = HashMap::new();
+        for p in pending {
+            by_endpoint.entry(p.endpoint.clone()).or_default().push(p);
+        }
+        for endpoint in gained {
+            let pending = by_endpoint.remove(&endpoint).unwrap_or_default();
+            tracing::info!(endpoint = %endpoint, pending = pending.len(), "delivering this endpoint from this node");
+            self.owned.insert(endpoint.clone());
+            self.scheduler.owned(endpoint, pending);
+        }
+    }
+
+    /// The database did not answer: once the leases could lapse before the next turn, this
+    /// node stops starting attempts, so that two nodes never deliver an endpoint at once.
+    fn renewal_failed(&mut self, error: &crate::store::StoreError) {
+        tracing::warn!(error = %error, "cannot renew this node's leases");
+        let may_lapse = self
+            .renewed
+            .is_none_or(|at| at.elapsed() + self.turn() >= self.lease);
+        if may_lapse && !self.owned.is_empty() {
+            tracing::warn!(
+                endpoints = self.owned.len(),
+                "leases may lapse: this node stops delivering until the database answers"
+            );
+            for endpoint in self.owned.drain() {
+                self.scheduler.disown(endpoint);
+            }
+        }
+    }
+
+    /// Acts on notices, taking every one already waiting in the same go.
+    async fn take_notices(&mut self, first: ClusterNotice, notices: Option<&mut Notices>) {
+        let mut ids = Vec::new();
+        let mut own_ids = HashSet::new();
+        let mut health = Vec::new();
+        let mut sort = |notice| match notice {
+            ClusterNotice::Deliveries { ids: d, own: true } => own_ids.extend(d.iter().copied()),
+            ClusterNotice::Deliveries { ids: d, own: false } => ids.extend(d),
+            ClusterNotice::Health(endpoint) => health.push(endpoint),
+        };
+        sort(first);
+        if let Some(notices) = notices {
+            while let Some(more) = notices.try_next() {
+                sort(more);
+            }
+        }
+        ids.extend(own_ids.iter().copied());
+        self.load_deliveries(ids, &own_ids).await;
+        for endpoint in health {
+            match self.store.health_of(&endpoint).await {
+                Ok(Some(h)) => self.scheduler.health_changed(endpoint, h),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read an endpoint's health after a notice"),
+            }
+        }
+    }
+
+    /// Deliveries made pending: those of endpoints delivered here go to the scheduler, unless
+    /// a full read took them in a moment ago. Of this node's own, only those of ordered
+    /// endpoints: the scheduler takes ordered deliveries from notices alone, which arrive in
+    /// commit order from every node (see `Actor::takes_directly`).
+    async fn load_deliveries(&mut self, ids: Vec<DeliveryId>, own: &HashSet<DeliveryId>) {
+        let config = self.config.load_full();
+        let ordered = |e: &str| config.endpoints.get(e).is_some_and(|ep| ep.ordered);
+        let any_ordered = self.owned.iter().any(|e| ordered(e));
+        let ask: Vec<DeliveryId> = ids
+            .into_iter()
+            .filter(|id| any_ordered || !own.contains(id))
+            .collect();
+        if ask.is_empty() || self.owned.is_empty() {
+            return;
+        }
+        let pending = match self.store.pending_by_ids(&ask).await {
+            Ok(p) => p,
+            Err(e) => {
+                // They stay pending in the store; the next full read (a lease change or a
+                // reconnect) takes them in.
+                tracing::warn!(error = %e, "cannot read deliveries another node announced");
+                return;
+            }
+        };
+        self.recent.retain(|(at, _)| at.elapsed() < RECENT_LOAD);
+        let mine = |p: &PendingDelivery| self.owned.contains(&p.endpoint);
+        let noticed = pending
+            .iter()
+            .filter(|p| mine(p) && own.contains(&p.id) && ordered(&p.endpoint))
+            .map(|p| p.id)
+            .collect();
+        let fresh: Vec<PendingDelivery> = pending
+            .iter()
+            .filter(|p| mine(p) && (!own.contains(&p.id) || ordered(&p.endpoint)))
+            .filter(|p| {
+                !self
+                    .recent
+                    .iter()
+                    .any(|(_, read)| read.contains(&(p.id, p.round)))
+            })
+            .cloned()
+            .collect();
+        self.scheduler.load(fresh, noticed);
+    }
+
+    fn remember(&mut self, ids: HashSet<(DeliveryId, u32)>) {
+        self.recent.retain(|(at, _)| at.elapsed() < RECENT_LOAD);
+        self.recent.push((Instant::now(), ids));
+    }
+}
+
+async fn next_notice(notices: &mut Option<Notices>) -> Option<ClusterNotice> {
+    match notices {
+        Some(n) => n.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_node_names_the_same_owner_and_a_leaving_node_moves_only_its_share() {
+        let three = ["node-1", "node-2", "node-3"];
+        let two = ["node-1", "node-2"];
+        let endpoints: Vec<String> = (0..3000).map(|i| format!("endpoint-{i}")).collect();
+        let mut share: HashMap<&str, usize> = HashMap::new();
+        let mut moved = 0;
+        for e in &endpoints {
+            let owner = owner_of(&three, e).unwrap();
+            // The order of the list does not matter.
+            assert_eq!(owner_of(&["node-3", "node-1", "node-2"], e), Some(owner));
+            *share.entry(owner).or_default() += 1;
+            let after = owner_of(&two, e).unwrap();
+            if owner != "node-3" {
+                assert_eq!(after, owner, "{e} moved although its node stayed");
+            } else {
+                moved += 1;
+            }
+        }
+        for node in three {
+            let n = share[node];
+            assert!((800..1200).contains(&n), "{node} got {n} of 3000 endpoints");
+        }
+        assert_eq!(moved, share["node-3"]);
+        assert_eq!(owner_of(&[], "x"), None);
+    }
+}

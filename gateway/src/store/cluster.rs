@@ -1,0 +1,99 @@
+//! What nodes sharing one database keep there to split the work: who is alive, which node
+//! holds which endpoint's deliveries (a lease), and the notices one node sends the others when
+//! it makes deliveries pending or changes an endpoint's state. The rules that use them live in
+//! `crate::cluster`; this is only their storage.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{PendingDelivery, StoreResult};
+use crate::health::EndpointHealth;
+use crate::model::{DeliveryId, Timestamp};
+
+/// This node, as it announces itself.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: String,
+    /// Where its API listens.
+    pub address: String,
+    pub started_at: Timestamp,
+}
+
+/// A node as the database lists it. Times are the database's clock, so that nodes whose
+/// clocks differ still agree on who is alive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRow {
+    pub id: String,
+    pub address: String,
+    pub started_at: Timestamp,
+    pub last_seen_at: Timestamp,
+    /// Endpoint leases it holds now.
+    pub leases: u32,
+}
+
+/// Something another node did that this one may have to act on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterNotice {
+    /// Deliveries made pending: new ones, or a new round of an old one. `own`: this node
+    /// made them (its scheduler has them already, except those of ordered endpoints).
+    Deliveries { ids: Vec<DeliveryId>, own: bool },
+    /// Another node changed an endpoint's health state.
+    Health(Arc<str>),
+}
+
+/// The notices of other nodes, until the connection that brings them ends (then `next`
+/// answers None, and notices may have been missed meanwhile).
+pub struct Notices {
+    pub(super) rx: mpsc::UnboundedReceiver<ClusterNotice>,
+    /// Whatever keeps the stream open (the listening connection); dropping it closes it.
+    pub(super) _keep: Box<dyn Any + Send>,
+}
+
+impl Notices {
+    pub async fn next(&mut self) -> Option<ClusterNotice> {
+        self.rx.recv().await
+    }
+
+    /// A notice that has arrived already, without waiting.
+    pub fn try_next(&mut self) -> Option<ClusterNotice> {
+        self.rx.try_recv().ok()
+    }
+}
+
+#[async_trait]
+pub trait ClusterStore: Send + Sync {
+    /// This node's id, as its notices carry it.
+    fn node_id(&self) -> &str;
+
+    /// Records that this node is alive now; answers the database's time and every node it
+    /// knows (those gone for an hour are forgotten).
+    async fn heartbeat(&self, node: &NodeInfo) -> StoreResult<(Timestamp, Vec<NodeRow>)>;
+
+    /// Gives back the leases of `release`, then takes or renews for `lease` those of `wanted`
+    /// that are free, expired or this node's already. Answers every endpoint this node holds
+    /// a live lease on afterwards.
+    async fn hold_endpoints(
+        &self,
+        wanted: &[Arc<str>],
+        release: &[Arc<str>],
+        lease: Duration,
+    ) -> StoreResult<Vec<Arc<str>>>;
+
+    /// Every pending delivery of these endpoints, oldest first.
+    async fn pending_of(&self, endpoints: &[Arc<str>]) -> StoreResult<Vec<PendingDelivery>>;
+
+    /// Those of these deliveries that are pending, oldest first.
+    async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<PendingDelivery>>;
+
+    async fn health_of(&self, endpoint: &str) -> StoreResult<Option<EndpointHealth>>;
+
+    /// Starts listening for the notices of other nodes.
+    async fn listen(&self) -> StoreResult<Notices>;
+
+    /// Gives back every lease of this node and removes it from the node list (a clean stop).
+    async fn leave(&self);
+}

@@ -1,0 +1,285 @@
+//! The cluster's tables on PostgreSQL: `nodes` (who is alive, by the database's clock),
+//! `endpoint_leases` (which node delivers an endpoint's deliveries, until when), and the
+//! notices nodes send each other with `NOTIFY` on the schema's channel. A notice is sent inside
+//! the transaction that causes it, so it is delivered exactly when that commits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::{PENDING_SELECT, PgStore, execute, health_from_row, pending_from_rows, query, ts, u};
+use crate::health::EndpointHealth;
+use crate::model::{DeliveryId, Timestamp};
+use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery, StoreResult};
+
+/// The database's clock in milliseconds since the epoch: leases and liveness are judged by one
+/// clock, whatever the nodes' own say.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+/// A node not seen for this long is forgotten.
+const FORGET_AFTER_MS: i64 = 3_600_000;
+/// A notice's payload stays well below PostgreSQL's 8000-byte limit.
+const MAX_PAYLOAD: usize = 7_000;
+
+impl PgStore {
+    /// Tells the other nodes that these deliveries are pending (new, or a new round).
+    pub(super) async fn notify_deliveries<C: GenericClient>(
+        &self,
+        c: &C,
+        ids: impl Iterator<Item = DeliveryId>,
+    ) -> StoreResult<()> {
+        let prefix = format!("{}|d|", self.node_id);
+        let mut payload = prefix.clone();
+        for id in ids {
+            if payload.len() > MAX_PAYLOAD {
+                self.notify(c, &payload).await?;
+                payload.clone_from(&prefix);
+            }
+            if payload.len() > prefix.len() {
+                payload.push(',');
+            }
+            payload.push_str(&id.0.to_string());
+        }
+        if payload.len() > prefix.len() {
+            self.notify(c, &payload).await?;
+        }
+        Ok(())
+    }
+
+    /// Tells the other nodes that an endpoint's health changed state.
+    pub(super) async fn notify_health<C: GenericClient>(&self, c: &C, endpoint: &str) -> StoreResult<()> {
+        self.notify(c, &format!("{}|h|{endpoint}", self.node_id)).await
+    }
+
+    async fn notify<C: GenericClient>(&self, c: &C, payload: &str) -> StoreResult<()> {
+        execute(c, "SELECT pg_notify($1, $2)", &[&self.channel, &payload]).await?;
+        Ok(())
+    }
+}
+
+/// A notice from its payload (None for one that cannot be read, or a health change this node
+/// made itself).
+fn parse_notice(own_node: &str, payload: &str) -> Option<ClusterNotice> {
+    let mut parts = payload.splitn(3, '|');
+    let (node, kind, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    let own = node == own_node;
+    match kind {
+        "d" => Some(ClusterNotice::Deliveries {
+            ids: rest
+                .split(',')
+                .filter_map(|id| id.parse().ok().map(DeliveryId))
+                .collect(),
+            own,
+        }),
+        "h" if !own => Some(ClusterNotice::Health(Arc::from(rest))),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl ClusterStore for PgStore {
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    async fn heartbeat(&self, node: &NodeInfo) -> StoreResult<(Timestamp, Vec<NodeRow>)> {
+        let conn = self.conn().await?;
+        execute(
+            &conn,
+            &format!(
+                "INSERT INTO nodes (id, address, started_at, last_seen_at) VALUES ($1, $2, $3, {NOW_MS})
+                 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at"
+            ),
+            &[&node.id, &node.address, &node.started_at.as_millis()],
+        )
+        .await?;
+        execute(
+            &conn,
+            &format!("DELETE FROM nodes WHERE last_seen_at < {NOW_MS} - $1"),
+            &[&FORGET_AFTER_MS],
+        )
+        .await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT n.id, n.address, n.started_at, n.last_seen_at,
+                     (SELECT count(*) FROM endpoint_leases l WHERE l.node = n.id AND l.expires_at > {NOW_MS}),
+                     {NOW_MS}
+                 FROM nodes n ORDER BY n.id"
+            ),
+            &[],
+        )
+        .await?;
+        let now = rows.first().map_or(node.started_at, |r| ts(r, 5));
+        let nodes = rows
+            .iter()
+            .map(|r| NodeRow {
+                id: r.get(0),
+                address: r.get(1),
+                started_at: ts(r, 2),
+                last_seen_at: ts(r, 3),
+                leases: u(r.get(4)),
+            })
+            .collect();
+        Ok((now, nodes))
+    }
+
+    async fn hold_endpoints(
+        &self,
+        wanted: &[Arc<str>],
+        release: &[Arc<str>],
+        lease: Duration,
+    ) -> StoreResult<Vec<Arc<str>>> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let names = |list: &[Arc<str>]| -> Vec<String> {
+            let mut v: Vec<String> = list.iter().map(|e| e.to_string()).collect();
+            // One order for every node, so that two nodes taking overlapping sets never wait
+            // on each other's rows in opposite orders.
+            v.sort();
+            v
+        };
+        execute(
+            &tx,
+            "DELETE FROM endpoint_leases WHERE node = $1 AND endpoint = ANY($2)",
+            &[&self.node_id, &names(release)],
+        )
+        .await?;
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        execute(
+            &tx,
+            &format!(
+                "INSERT INTO endpoint_leases (endpoint, node, expires_at)
+                 SELECT e, $1, {NOW_MS} + $3 FROM unnest($2::text[]) AS e
+                 ON CONFLICT (endpoint) DO UPDATE SET node = EXCLUDED.node, expires_at = EXCLUDED.expires_at
+                 WHERE endpoint_leases.node = EXCLUDED.node OR endpoint_leases.expires_at < {NOW_MS}"
+            ),
+            &[&self.node_id, &names(wanted), &lease_ms],
+        )
+        .await?;
+        let held = query(
+            &tx,
+            &format!("SELECT endpoint FROM endpoint_leases WHERE node = $1 AND expires_at > {NOW_MS}"),
+            &[&self.node_id],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(held.iter().map(|r| Arc::from(r.get::<_, String>(0))).collect())
+    }
+
+    async fn pending_of(&self, endpoints: &[Arc<str>]) -> StoreResult<Vec<PendingDelivery>> {
+        let conn = self.conn().await?;
+        let names: Vec<&str> = endpoints.iter().map(|e| &**e).collect();
+        let rows = query(
+            &conn,
+            &format!("{PENDING_SELECT} AND d.endpoint = ANY($1) ORDER BY d.id"),
+            &[&names],
+        )
+        .await?;
+        Ok(pending_from_rows(&rows))
+    }
+
+    async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<PendingDelivery>> {
+        let conn = self.conn().await?;
+        let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+        let rows = query(
+            &conn,
+            &format!("{PENDING_SELECT} AND d.id = ANY($1) ORDER BY d.id"),
+            &[&ids],
+        )
+        .await?;
+        Ok(pending_from_rows(&rows))
+    }
+
+    async fn health_of(&self, endpoint: &str) -> StoreResult<Option<EndpointHealth>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT state, consecutive_failures, failing_since, last_success_at, changed_at
+             FROM endpoint_health WHERE endpoint = $1",
+            &[&endpoint],
+        )
+        .await?;
+        rows.first().map(|r| health_from_row(r, 0)).transpose()
+    }
+
+    async fn listen(&self) -> StoreResult<Notices> {
+        let (client, mut connection) = self.config.connect(NoTls).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let own = self.node_id.clone();
+        // The connection's messages: notifications go to the stream; the task (and with it the
+        // stream) ends when the connection does.
+        tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(n) = message
+                    && let Some(notice) = parse_notice(&own, n.payload())
+                    && tx.send(notice).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let channel = self.channel.replace('"', "\"\"");
+        client.batch_execute(&format!("LISTEN \"{channel}\"")).await?;
+        Ok(Notices {
+            rx,
+            _keep: Box::new(client),
+        })
+    }
+
+    async fn leave(&self) {
+        let result = async {
+            let conn = self.conn().await?;
+            execute(
+                &conn,
+                "DELETE FROM endpoint_leases WHERE node = $1",
+                &[&self.node_id],
+            )
+            .await?;
+            execute(&conn, "DELETE FROM nodes WHERE id = $1", &[&self.node_id]).await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "could not give the node's leases back; they lapse by themselves");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_name_their_sender_and_a_node_ignores_its_own() {
+        assert_eq!(
+            parse_notice("a", "a|d|1,2"),
+            Some(ClusterNotice::Deliveries {
+                ids: vec![DeliveryId(1), DeliveryId(2)],
+                own: true
+            })
+        );
+        assert_eq!(
+            parse_notice("a", "b|d|1,2,x"),
+            Some(ClusterNotice::Deliveries {
+                ids: vec![DeliveryId(1), DeliveryId(2)],
+                own: false
+            })
+        );
+        assert_eq!(
+            parse_notice("a", "a|h|e"),
+            None,
+            "a node ignores its own health notices"
+        );
+        assert_eq!(
+            parse_notice("a", "b|h|orders|eu"),
+            Some(ClusterNotice::Health(Arc::from("orders|eu")))
+        );
+        assert_eq!(parse_notice("a", "b|z|1"), None);
+        assert_eq!(parse_notice("a", "garbage"), None);
+    }
+}
