@@ -224,6 +224,7 @@ fn options(allow: &[&str]) -> SenderOptions {
         extra_roots: Vec::new(),
         user_agent: "hookgate/0.1".to_owned(),
         max_response_body_bytes: 64 * 1024,
+        proxy: None,
     }
 }
 
@@ -239,6 +240,9 @@ fn request(url: Uri) -> OutgoingRequest {
         headers,
         body: Bytes::from_static(br#"{"n":1}"#),
         timeout: Duration::from_secs(5),
+        masked: Vec::new(),
+        auth: None,
+        route: Route::default(),
     }
 }
 
@@ -350,7 +354,7 @@ async fn the_standard_headers_arrive_as_signed() {
         1,
         &[secret],
         body,
-        true,
+        Some(signing::SignatureScheme::Hmac),
     ));
     sender(&["127.0.0.0/8"]).send(req, NOW).await;
     let h = &server.seen()[0].headers;

@@ -370,10 +370,12 @@ async fn apply_health<C: GenericClient>(c: &C, change: &HealthChange) -> StoreRe
 
 async fn write_attempt<C: GenericClient>(c: &C, write: &AttemptWrite) -> StoreResult<()> {
     let a = &write.attempt;
+    let exchange = ExchangeColumns::of(&a.exchange);
     execute(
         c,
-        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+             request_headers, response_headers, response_body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         &[
             &write.delivery.0,
             &i64::from(write.round),
@@ -384,6 +386,9 @@ async fn write_attempt<C: GenericClient>(c: &C, write: &AttemptWrite) -> StoreRe
             &a.error_kind.map(|k| k.as_str()),
             &a.error,
             &write.plugin_note,
+            &exchange.request_headers,
+            &exchange.response_headers,
+            &exchange.response_body,
         ],
     )
     .await?;
@@ -743,7 +748,8 @@ impl Store for PgStore {
         let Some(row) = row else { return Ok(None) };
         let attempts = query(
             &conn,
-            "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note
+            "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+                    request_headers, response_headers, response_body
              FROM attempts WHERE delivery_id = $1 ORDER BY id",
             &[&id.0],
         )
@@ -765,6 +771,12 @@ impl Store for PgStore {
                         status_code: r.get::<_, Option<i64>>(4).and_then(|c| u16::try_from(c).ok()),
                         error_kind,
                         error: r.get(6),
+                        exchange: ExchangeColumns {
+                            request_headers: r.get(8),
+                            response_headers: r.get(9),
+                            response_body: r.get(10),
+                        }
+                        .into_exchange(),
                     },
                     plugin_note: r.get(7),
                 })

@@ -11,7 +11,8 @@ const MIGRATION_LOCK: &str = "hashtextextended('hookgate-migrations:' || current
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
 /// add the next. Times are milliseconds since the epoch (BIGINT), like the SQLite store's.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE events (
         seq           BIGSERIAL PRIMARY KEY,
         id            TEXT   NOT NULL,
@@ -89,7 +90,14 @@ const MIGRATIONS: &[&str] = &[r#"
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX idempotency_by_time ON idempotency (created_at);
-    "#];
+    "#,
+    // 2: what each attempt sent and got back (headers masked, the response body's first 4 KiB).
+    r#"
+    ALTER TABLE attempts ADD COLUMN request_headers TEXT;
+    ALTER TABLE attempts ADD COLUMN response_headers TEXT;
+    ALTER TABLE attempts ADD COLUMN response_body TEXT;
+    "#,
+];
 
 /// Brings the schema up to this gateway's version; returns it.
 pub(super) async fn migrate(client: &mut Client) -> StoreResult<u32> {
