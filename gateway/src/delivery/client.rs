@@ -284,18 +284,12 @@ impl Sender {
         };
         let mut rejected = None;
         loop {
-            let credential = match tokio::time::timeout_at(
-                deadline,
-                self.credential(req, &client, now, rejected.as_ref()),
-            )
-            .await
+            let credential = match self
+                .credential(req, &client, now, rejected.as_ref(), deadline)
+                .await
             {
-                Ok(Ok(credential)) => credential,
-                Ok(Err(outcome)) => return (outcome, Exchange::default()),
-                Err(_) => {
-                    let detail = format!("no OAuth2 token within {} ms", timeout.as_millis());
-                    return (failed(ErrorKind::Auth, None, None, detail), Exchange::default());
-                }
+                Ok(credential) => credential,
+                Err(outcome) => return (outcome, Exchange::default()),
             };
             let header = credential.as_ref().map(|c| c.header.clone());
             let (outcome, exchange) = self.exchange(&client, req, header, now, timeout, deadline).await;
@@ -310,13 +304,14 @@ impl Sender {
     }
 
     /// The `Authorization` value of the endpoint's credentials (fetching an OAuth2 token that
-    /// is not `rejected` when needed), or the attempt's `auth` failure.
+    /// is not `rejected` when needed, by `deadline`), or the attempt's `auth` failure.
     async fn credential(
         &self,
         req: &OutgoingRequest,
         client: &HttpClient,
         now: Timestamp,
         rejected: Option<&Secret>,
+        deadline: tokio::time::Instant,
     ) -> Result<Option<Credential>, Outcome> {
         let Some(auth) = req.auth.as_deref() else {
             return Ok(None);
@@ -327,12 +322,14 @@ impl Sender {
                 oauth_token: None,
             }));
         };
-        let token = self
-            .inner
-            .tokens
-            .token(oauth, client, &self.inner.user_agent, now, rejected)
-            .await
-            .map_err(|detail| failed(ErrorKind::Auth, None, None, detail))?;
+        let tokens = &self.inner.tokens;
+        let token = tokio::time::timeout_at(
+            deadline,
+            tokens.token(oauth, client, &self.inner.user_agent, now, rejected),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no OAuth2 token within the attempt's timeout".to_owned()))
+        .map_err(|detail| failed(ErrorKind::Auth, None, None, detail))?;
         Ok(Some(Credential {
             header: bearer(token.expose()),
             oauth_token: Some(token),
