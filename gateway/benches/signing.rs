@@ -1,10 +1,12 @@
 //! Standard Webhooks signing of a 1 KiB body: paid on every attempt of every endpoint with a
-//! secret, once per secret while a secret is rotated.
+//! secret, once per secret while a secret is rotated; `v1` HMAC and `v1a` Ed25519.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use hookgate::delivery::signing::{standard_headers, standard_webhooks_signature};
+use hookgate::delivery::signing::{
+    SignatureScheme, ed25519_signature, standard_headers, standard_webhooks_signature,
+};
 use hookgate::model::Secret;
 
 fn sign(c: &mut Criterion) {
@@ -44,7 +46,19 @@ fn sign(c: &mut Criterion) {
                 1,
                 black_box(&one),
                 black_box(&body),
-                true,
+                Some(SignatureScheme::Hmac),
+            )
+        })
+    });
+    // The key pair is derived from the `whsk_` seed on every attempt: part of the cost.
+    let ed25519 = [Secret::new("whsk_KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=")];
+    group.bench_function("v1a signature, one ed25519 key", |b| {
+        b.iter(|| {
+            ed25519_signature(
+                black_box(&ed25519),
+                "evt_01JD8X3Q9V7",
+                1_767_225_600,
+                black_box(&body),
             )
         })
     });

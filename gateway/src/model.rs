@@ -210,6 +210,9 @@ pub enum ErrorKind {
     Redirect,
     BlockedAddress,
     PluginError,
+    /// The endpoint's outbound credentials could not be had: the OAuth2 token server refused
+    /// or failed. The receiver was not contacted.
+    Auth,
     EndpointPaused,
     EndpointRemoved,
 }
@@ -225,6 +228,7 @@ impl ErrorKind {
             ErrorKind::Redirect => "redirect",
             ErrorKind::BlockedAddress => "blocked_address",
             ErrorKind::PluginError => "plugin_error",
+            ErrorKind::Auth => "auth",
             ErrorKind::EndpointPaused => "endpoint_paused",
             ErrorKind::EndpointRemoved => "endpoint_removed",
         }
@@ -243,6 +247,7 @@ impl FromStr for ErrorKind {
             "redirect" => ErrorKind::Redirect,
             "blocked_address" => ErrorKind::BlockedAddress,
             "plugin_error" => ErrorKind::PluginError,
+            "auth" => ErrorKind::Auth,
             "endpoint_paused" => ErrorKind::EndpointPaused,
             "endpoint_removed" => ErrorKind::EndpointRemoved,
             _ => return Err(UnknownName(s.to_owned())),
@@ -309,10 +314,32 @@ pub struct Attempt {
     pub status_code: Option<u16>,
     pub error_kind: Option<ErrorKind>,
     pub error: Option<String>,
+    pub exchange: Exchange,
 }
 
+/// What one attempt sent and got back, for the delivery log. Built by the delivery module with
+/// every credential and signature value already masked ([`MASKED`]).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Exchange {
+    /// The request headers as sent, in order; empty when nothing was sent.
+    pub request_headers: Vec<(String, String)>,
+    /// The response headers; empty when no response came.
+    pub response_headers: Vec<(String, String)>,
+    /// The start of the response body (lossy UTF-8); None when no response came.
+    pub response_body: Option<String>,
+}
+
+/// What a masked header value reads as in an attempt record.
+pub const MASKED: &str = "[masked]";
+
 impl Attempt {
-    pub fn from_outcome(n: u32, started_at: Timestamp, duration_ms: u64, outcome: &Outcome) -> Self {
+    pub fn from_outcome(
+        n: u32,
+        started_at: Timestamp,
+        duration_ms: u64,
+        outcome: &Outcome,
+        exchange: Exchange,
+    ) -> Self {
         let error = match outcome {
             Outcome::Delivered { .. } => None,
             Outcome::Failed { detail, .. } => Some(detail.clone()),
@@ -324,6 +351,7 @@ impl Attempt {
             status_code: outcome.status_code(),
             error_kind: outcome.error_kind(),
             error,
+            exchange,
         }
     }
 }

@@ -193,6 +193,10 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             "delivery.ca_certs",
             keep(&mut new.delivery.extra_roots, &old.delivery.extra_roots),
         ),
+        (
+            "delivery.proxy",
+            keep(&mut new.delivery.proxy, &old.delivery.proxy),
+        ),
         ("plugins.dir", keep(&mut new.plugins.dir, &old.plugins.dir)),
         (
             "plugins.cache_dir",

@@ -242,6 +242,7 @@ fn build_sender(config: &Config) -> anyhow::Result<Sender> {
         extra_roots: config.delivery.extra_roots.clone(),
         user_agent: format!("hookgate/{}", env!("CARGO_PKG_VERSION")),
         max_response_body_bytes: 64 * 1024,
+        proxy: config.delivery.proxy.clone(),
     })
     .context("building the HTTP client")
 }

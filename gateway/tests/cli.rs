@@ -1,6 +1,6 @@
-//! The real `hookgate` binary's policy commands (README "Command line"): `config check` reports
-//! every invalid SNS attribute as `file:line: path: reason`, and `policy preview` prints the
-//! planned attempts and draws them as SVG.
+//! The real `hookgate` binary's policy and key commands (README "Command line"): `config check`
+//! reports every invalid SNS attribute as `file:line: path: reason`, `policy preview` prints the
+//! planned attempts and draws them as SVG, and `keygen ed25519` prints a key pair.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -414,4 +414,34 @@ fn yaml_blocks_are_found_in_list_items_and_at_the_margin() {
     let markdown =
         "text\n\n1. Step:\n\n   ```yaml\n   a:\n     b: 1\n   ```\n\n```yaml\nc: 2\n```\n\n```sh\nd\n```\n";
     assert_eq!(yaml_blocks(markdown), ["a:\n  b: 1\n", "c: 2\n"]);
+}
+
+/// `hookgate keygen ed25519` prints a `whsk_` seed and the `whpk_` key that another Ed25519
+/// implementation (ed25519-dalek) derives from it; two runs never print the same key.
+#[test]
+fn keygen_prints_an_ed25519_pair_that_belongs_together() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    let pair = || {
+        let out = hookgate(&["keygen", "ed25519"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let field = |name: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_else(|| panic!("no `{name}` in {stdout}"))
+        };
+        (field("secret:"), field("public_key:"))
+    };
+    let (secret, public) = pair();
+    let seed: [u8; 32] = STANDARD
+        .decode(secret.strip_prefix("whsk_").unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let derived = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
+    assert_eq!(public, format!("whpk_{}", STANDARD.encode(derived.as_bytes())));
+    assert_ne!(pair().0, secret);
 }

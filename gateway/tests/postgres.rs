@@ -179,7 +179,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hookgate::health::{HealthInput, HealthRules};
-use hookgate::model::{Attempt, DeliveryStatus, Event, Timestamp};
+use hookgate::model::{Attempt, DeliveryStatus, Event, Exchange, Timestamp};
 use hookgate::store::IngestOutcome::Committed;
 use hookgate::store::{
     AttemptWrite, DeliveryFilter, HealthChange, IdempotencyRecord, IngestBatch, IngestItem, PgStore,
@@ -232,6 +232,11 @@ async fn fill_sqlite(path: &std::path::Path) -> SqliteStore {
                 status_code: Some(if n % 8 == 0 { 200 } else { 503 }),
                 error_kind: None,
                 error: None,
+                exchange: Exchange {
+                    request_headers: vec![("authorization".into(), "[masked]".into())],
+                    response_headers: vec![("content-type".into(), "text/plain".into())],
+                    response_body: Some(format!("answer {n}")),
+                },
             };
             let status = if n % 8 == 0 {
                 DeliveryStatus::Succeeded

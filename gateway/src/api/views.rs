@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::config::EndpointConfig;
+use crate::delivery::OutboundAuth;
+use crate::delivery::signing::{SignatureScheme, ed25519_public_key};
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryStatus, EndpointState, Event, Timestamp};
 use crate::recovery::Replayed;
@@ -72,6 +74,27 @@ pub(crate) struct AttemptView {
     pub(crate) error: Option<String>,
     /// Plugins that ran, with their time.
     pub(crate) plugins: Option<String>,
+    /// The request headers sent, in order; credentials and signatures read `[masked]`.
+    pub(crate) request_headers: Vec<HeaderView>,
+    /// The response headers; empty when no response came.
+    pub(crate) response_headers: Vec<HeaderView>,
+    /// The first 4 KiB of the response body (invalid UTF-8 replaced); null when no response
+    /// came.
+    pub(crate) response_body: Option<String>,
+}
+
+/// One header line of an attempt.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HeaderView {
+    pub(crate) name: String,
+    pub(crate) value: String,
+}
+
+fn header_views(headers: Vec<(String, String)>) -> Vec<HeaderView> {
+    headers
+        .into_iter()
+        .map(|(name, value)| HeaderView { name, value })
+        .collect()
 }
 
 impl From<AttemptRow> for AttemptView {
@@ -85,6 +108,9 @@ impl From<AttemptRow> for AttemptView {
             error_kind: row.attempt.error_kind.map(|k| k.as_str().to_owned()),
             error: row.attempt.error,
             plugins: row.plugin_note,
+            request_headers: header_views(row.attempt.exchange.request_headers),
+            response_headers: header_views(row.attempt.exchange.response_headers),
+            response_body: row.attempt.exchange.response_body,
         }
     }
 }
@@ -188,6 +214,22 @@ pub(crate) struct EndpointView {
     pub(crate) state_changed_at: Option<Timestamp>,
     /// How many secrets sign (2 while rotating); the secrets themselves are never shown.
     pub(crate) signing_secrets: usize,
+    /// `hmac` (Standard Webhooks `v1`) or `ed25519` (`v1a`).
+    #[serde(default)]
+    pub(crate) signature: String,
+    /// With `ed25519`: the `whpk_` public key of each signing key, in order, for receivers to
+    /// verify with.
+    #[serde(default)]
+    pub(crate) public_keys: Vec<String>,
+    /// The kind of outbound credentials (`bearer`, `basic`, `oauth2`); never the credentials.
+    #[serde(default)]
+    pub(crate) auth: Option<String>,
+    /// Whether the endpoint presents a client certificate (mutual TLS).
+    #[serde(default)]
+    pub(crate) client_certificate: bool,
+    /// The egress proxy of the endpoint's own, `host:port`.
+    #[serde(default)]
+    pub(crate) proxy: Option<String>,
     pub(crate) transform: Option<String>,
     pub(crate) signer: Option<String>,
     pub(crate) backoff: Option<String>,
@@ -219,6 +261,22 @@ impl EndpointView {
             last_success_at: health.last_success_at,
             state_changed_at: health.changed_at,
             signing_secrets: ep.secrets.len(),
+            signature: match ep.signature {
+                SignatureScheme::Hmac => "hmac",
+                SignatureScheme::Ed25519 => "ed25519",
+            }
+            .to_owned(),
+            public_keys: public_keys(ep),
+            auth: ep.auth.as_deref().map(|auth| {
+                match auth {
+                    OutboundAuth::Bearer(_) => "bearer",
+                    OutboundAuth::Basic { .. } => "basic",
+                    OutboundAuth::OAuth2(_) => "oauth2",
+                }
+                .to_owned()
+            }),
+            client_certificate: ep.route.identity.is_some(),
+            proxy: ep.route.proxy.as_ref().map(ToString::to_string),
             transform: ep.transform.as_ref().map(|b| b.plugin.clone()),
             signer: ep.signer.as_ref().map(|b| b.plugin.clone()),
             backoff: ep.backoff.as_ref().map(|b| b.plugin.clone()),
@@ -229,6 +287,17 @@ impl EndpointView {
             problems,
         }
     }
+}
+
+/// The `whpk_` keys of an Ed25519 endpoint (none for HMAC: its secrets are never shown).
+fn public_keys(ep: &EndpointConfig) -> Vec<String> {
+    if ep.signature != SignatureScheme::Ed25519 {
+        return Vec::new();
+    }
+    ep.secrets
+        .iter()
+        .filter_map(|secret| ed25519_public_key(secret).ok())
+        .collect()
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

@@ -79,6 +79,18 @@ enum Command {
         #[arg(long, env = "HOOKGATE_MIGRATE_TO", hide_env_values = true)]
         to: String,
     },
+    /// Make a signing key pair: `hookgate keygen ed25519` prints a `whsk_` private key (the
+    /// endpoint's `secret` with `signature: ed25519`) and its `whpk_` public key (for the
+    /// receiver).
+    Keygen {
+        #[arg(value_enum)]
+        scheme: KeyScheme,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum KeyScheme {
+    Ed25519,
 }
 
 #[derive(Debug, Subcommand)]
@@ -223,6 +235,25 @@ pub fn main() -> ExitCode {
         },
         Command::Ops(command) => ops::run(command),
         Command::Migrate { from, to } => migrate::run(&from, &to),
+        Command::Keygen {
+            scheme: KeyScheme::Ed25519,
+        } => keygen_ed25519(),
+    }
+}
+
+/// Prints a new key pair on stdout, one per line, private key first: meant to be copied into a
+/// secret store, not logged.
+fn keygen_ed25519() -> ExitCode {
+    match crate::delivery::signing::generate_ed25519() {
+        Ok((secret, public)) => {
+            println!("secret:     {}", secret.expose());
+            println!("public_key: {public}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("keygen: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

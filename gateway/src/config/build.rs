@@ -251,7 +251,12 @@ impl Validator<'_> {
                 Err(why) => self.problem(&format!("delivery.ca_certs[{i}]"), format!("`{file}`: {why}")),
             }
         }
+        let proxy = raw
+            .proxy
+            .as_deref()
+            .and_then(|text| self.parse("delivery.proxy", text, ProxyAddr::parse));
         DeliveryConfig {
+            proxy,
             timeout: self.duration(
                 "delivery.timeout",
                 raw.timeout.as_deref(),

@@ -60,6 +60,9 @@ impl Validator<'_> {
         let transform = self.binding(&format!("{path}.transform"), raw.transform);
         let signer = self.binding(&format!("{path}.signer"), raw.signer);
         let backoff = self.binding(&format!("{path}.backoff"), raw.backoff);
+        let auth = self.outbound_auth(&path, raw.auth, &headers);
+        let route = self.route(&path, raw.tls, raw.proxy.as_deref(), url.as_ref());
+        let signature = self.signature(&path, raw.signature, &secrets, signer.is_some());
 
         if self.problems.len() > before {
             return None;
@@ -81,6 +84,9 @@ impl Validator<'_> {
             timeout,
             ordered: raw.ordered,
             dead_letter: raw.dead_letter,
+            auth: auth.map(Arc::new),
+            route,
+            signature,
         })
     }
 

@@ -9,6 +9,7 @@ mod build;
 pub mod defaults;
 mod endpoint;
 mod env;
+mod outbound;
 mod raw;
 mod validate;
 pub mod watch;
@@ -29,6 +30,8 @@ use http::{HeaderName, HeaderValue, Uri};
 use ipnet::IpNet;
 use rustls::pki_types::CertificateDer;
 
+use crate::delivery::signing::SignatureScheme;
+use crate::delivery::{OutboundAuth, ProxyAddr, Route};
 use crate::health::HealthRules;
 use crate::model::{PluginBinding, Secret};
 use crate::policy::Policy;
@@ -183,6 +186,8 @@ pub struct DeliveryConfig {
     /// The certificates read from the files of `delivery.ca_certs`, each checked to be usable
     /// as a trust anchor.
     pub extra_roots: Vec<CertificateDer<'static>>,
+    /// The egress proxy of endpoints without one of their own.
+    pub proxy: Option<ProxyAddr>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +226,12 @@ pub struct EndpointConfig {
     pub timeout: Option<Duration>,
     pub ordered: bool,
     pub dead_letter: bool,
+    /// Outbound credentials, added as `Authorization` after every plugin ran.
+    pub auth: Option<Arc<OutboundAuth>>,
+    /// The client certificate and proxy of this endpoint.
+    pub route: Route,
+    /// How `secrets` sign: HMAC (`v1`) or Ed25519 (`v1a`).
+    pub signature: SignatureScheme,
 }
 
 impl PartialEq for EndpointConfig {
@@ -242,6 +253,9 @@ impl PartialEq for EndpointConfig {
             && self.timeout == other.timeout
             && self.ordered == other.ordered
             && self.dead_letter == other.dead_letter
+            && self.auth == other.auth
+            && self.route == other.route
+            && self.signature == other.signature
     }
 }
 

@@ -128,6 +128,10 @@ pub struct RawDelivery {
     /// roots, e.g. a company's internal CA. Read at start; a change needs a restart.
     #[serde(default)]
     pub ca_certs: Vec<String>,
+    /// An HTTP proxy for every endpoint without a `proxy` of its own, `http://host:port`: each
+    /// connection is tunnelled with `CONNECT` to the address the SSRF rules allowed. Read at
+    /// start; a change needs a restart.
+    pub proxy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -217,6 +221,66 @@ pub struct RawEndpoint {
     /// Keep exhausted or permanently failed deliveries as `dead` for redrive.
     #[serde(default)]
     pub dead_letter: bool,
+    /// How the gateway's requests authenticate to the endpoint; the credentials are secrets
+    /// (never logged, never shown, never given to plugins).
+    pub auth: Option<RawAuth>,
+    /// A client certificate for mutual TLS (`https` endpoints).
+    pub tls: Option<RawEndpointTls>,
+    /// An HTTP proxy for this endpoint, `http://host:port`, instead of `delivery.proxy`.
+    pub proxy: Option<String>,
+    /// `hmac` (the default: Standard Webhooks `v1`, HMAC-SHA256 with `secret`) or `ed25519`
+    /// (`v1a`: `secret` is then a `whsk_` private key; `hookgate keygen ed25519` makes one).
+    pub signature: Option<RawSignature>,
     /// Free text for humans.
     pub description: Option<String>,
+}
+
+/// Outbound credentials: exactly one of `bearer`, `basic` or `oauth2`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawAuth {
+    /// `Authorization: Bearer TOKEN`.
+    Bearer(String),
+    /// HTTP basic authentication.
+    Basic(RawBasicAuth),
+    /// OAuth2 client credentials: a token from `token_url`, cached until shortly before it
+    /// expires, fetched again once when the endpoint answers 401.
+    Oauth2(RawOAuth2),
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawBasicAuth {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuth2 {
+    /// The token endpoint (checked against the SSRF rules like a delivery).
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// Space-separated scopes to ask for.
+    pub scope: Option<String>,
+    /// The API the token is for (some providers, e.g. Auth0, require it).
+    pub audience: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawEndpointTls {
+    /// PEM file of the client certificate (leaf first, then any intermediates).
+    pub client_cert: String,
+    /// PEM file of its private key (PKCS#8, RSA or EC).
+    pub client_key: String,
+}
+
+/// How an endpoint's requests are signed.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawSignature {
+    Hmac,
+    Ed25519,
 }

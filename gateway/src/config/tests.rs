@@ -89,7 +89,7 @@ fn an_unknown_key_names_file_line_and_path() {
     assert_eq!(
         problems(text),
         vec![
-            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `description`"
+            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`"
         ]
     );
 }
@@ -209,6 +209,62 @@ fn the_json_schema_describes_endpoints() {
     let schema = json_schema().to_string();
     assert!(schema.contains("max_per_second"), "{schema}");
     assert!(schema.contains("dead_letter"));
+    for key in ["oauth2", "token_url", "client_cert", "proxy", "ed25519"] {
+        assert!(schema.contains(key), "{key}");
+    }
+}
+
+#[test]
+fn outbound_auth_tls_proxy_and_signature_load() {
+    use crate::delivery::OutboundAuth;
+    use crate::delivery::signing::SignatureScheme;
+    let c = load("delivery:\n  proxy: http://egress.internal:3128\ntopics:\n  t: {}\nendpoints:\n  a:\n    url: https://a.example/\n    topics: [t]\n    auth: { bearer: tok }\n  b:\n    url: https://b.example/\n    topics: [t]\n    auth: { basic: { username: u, password: p } }\n    proxy: http://other:8080\n  c:\n    url: https://c.example/\n    topics: [t]\n    auth:\n      oauth2: { token_url: https://idp.example/token, client_id: id, client_secret: s, scope: w }\n").unwrap();
+    assert_eq!(
+        c.delivery.proxy.as_ref().unwrap().to_string(),
+        "egress.internal:3128"
+    );
+    let ep = |name: &str| c.endpoints[name].clone();
+    assert!(matches!(ep("a").auth.as_deref(), Some(OutboundAuth::Bearer(t)) if t.expose() == "tok"));
+    assert!(matches!(ep("b").auth.as_deref(), Some(OutboundAuth::Basic { username, .. }) if username == "u"));
+    assert_eq!(ep("b").route.proxy.as_ref().unwrap().to_string(), "other:8080");
+    assert!(
+        ep("a").route.proxy.is_none(),
+        "delivery.proxy applies in the sender"
+    );
+    let Some(OutboundAuth::OAuth2(oauth)) = ep("c").auth.as_deref().cloned() else {
+        panic!("oauth2")
+    };
+    assert_eq!(
+        (oauth.client_id.as_str(), oauth.scope.as_deref()),
+        ("id", Some("w"))
+    );
+    assert_eq!(ep("c").signature, SignatureScheme::Hmac);
+}
+
+#[test]
+fn outbound_problems_name_their_key_and_never_a_credential() {
+    let found = problems(
+        "topics:\n  t: {}\nendpoints:\n  e:\n    url: http://e.example/\n    topics: [t]\n    headers: { Authorization: x }\n    auth:\n      oauth2: { token_url: ftp://idp/, client_id: '', client_secret: 'hunter2 secret\\n' }\n    tls: { client_cert: /nonexistent/c.pem, client_key: /nonexistent/k.pem }\n    proxy: https://p:1\n",
+    );
+    let text = found.join("\n");
+    for expected in [
+        "endpoints.e.auth: `headers` sets Authorization too",
+        "endpoints.e.auth.oauth2.token_url: `ftp://idp/`",
+        "endpoints.e.auth.oauth2.client_id: may not be empty",
+        "endpoints.e.tls: a client certificate needs an https:// URL",
+        "endpoints.e.proxy: `https://p:1` must start with http://",
+    ] {
+        assert!(text.contains(expected), "{expected}\n{text}");
+    }
+    assert!(!text.contains("hunter2"), "{text}");
+    let found = problems(
+        "topics:\n  t: {}\nendpoints:\n  e:\n    url: https://e.example/\n    topics: [t]\n    auth: { bearer: \"tok\\nen\" }\n",
+    );
+    assert!(
+        found[0].contains("endpoints.e.auth.bearer: must be non-empty visible ASCII"),
+        "{found:?}"
+    );
+    assert!(!found[0].contains("tok"), "{found:?}");
 }
 
 /// A binding whose plugin is not loaded, or is loaded as another kind, is a problem to report

@@ -162,22 +162,8 @@ pub(super) fn parse_size(text: &str) -> Result<usize, String> {
 
 /// The certificates of a PEM file, each checked to be usable as a trust anchor.
 pub(super) fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    use std::io::Read as _;
-
     use rustls::pki_types::pem::PemObject as _;
-    // Only a regular file, read no further than the limit: never block on a FIFO, and never
-    // read a device or a `/proc` file (which report a size of 0) without end.
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".to_owned());
-    }
-    let mut pem = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
-        .map_err(|e| e.to_string())?;
-    if pem.len() as u64 > MAX_CA_FILE_BYTES {
-        return Err(format!("larger than {} KiB", MAX_CA_FILE_BYTES / 1024));
-    }
+    let pem = read_pem_file(path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("not a PEM certificate file ({e})"))?;
@@ -191,4 +177,22 @@ pub(super) fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>,
             .map_err(|e| format!("certificate {} is not a usable CA certificate: {e}", n + 1))?;
     }
     Ok(certs)
+}
+
+/// A small PEM file's bytes. Only a regular file, read no further than the limit: never block
+/// on a FIFO, and never read a device or a `/proc` file (which report a size of 0) without end.
+pub(super) fn read_pem_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
+        .map_err(|e| e.to_string())?;
+    if pem.len() as u64 > MAX_CA_FILE_BYTES {
+        return Err(format!("larger than {} KiB", MAX_CA_FILE_BYTES / 1024));
+    }
+    Ok(pem)
 }

@@ -1,15 +1,17 @@
 //! [`Sender`]: one attempt of one delivery over a pooled keep-alive client.
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, HOST, LOCATION, RETRY_AFTER, TE, TRANSFER_ENCODING, UPGRADE, USER_AGENT,
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, LOCATION, PROXY_AUTHORIZATION, RETRY_AFTER, TE,
+    TRANSFER_ENCODING, UPGRADE, USER_AGENT,
 };
 use http::uri::Scheme;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
@@ -20,12 +22,19 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use ipnet::IpNet;
 
+use super::auth::{OutboundAuth, bearer};
 use super::connector::{GuardedConnector, SharedAllowList};
+use super::oauth2::TokenCache;
+use super::route::{ClientIdentity, ProxyAddr, Route, RouteKey};
+use super::signing::WEBHOOK_SIGNATURE;
 use super::{DeliveryError, Resolve, SystemResolver, describe_io, parse_retry_after};
-use crate::model::{ErrorKind, Outcome, Timestamp};
+use crate::model::{ErrorKind, Exchange, MASKED, Outcome, Secret, Timestamp};
 
 /// How much of a failed response's body is kept for the attempt's error text.
 pub const BODY_EXCERPT_BYTES: usize = 200;
+
+/// How much of a response body the attempt record keeps.
+pub const RECORDED_BODY_BYTES: usize = 4 * 1024;
 
 /// Idle pooled connections are closed after this long: under the 60 s idle timeout of common
 /// load balancers and servers, so the gateway closes first and rarely writes into a
@@ -50,7 +59,10 @@ const CONNECTION_LEVEL_HEADERS: [HeaderName; 8] = [
     HeaderName::from_static("proxy-connection"),
 ];
 
-type HttpClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
+/// Headers whose values the attempt record always masks: credentials and signatures.
+const ALWAYS_MASKED: [HeaderName; 3] = [AUTHORIZATION, PROXY_AUTHORIZATION, WEBHOOK_SIGNATURE];
+
+pub(super) type HttpClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
 
 /// How the one shared HTTP client behaves.
 #[derive(Clone, Debug)]
@@ -66,6 +78,8 @@ pub struct SenderOptions {
     /// At most this much of a response body is read (and discarded) so the connection can be
     /// reused; a longer body closes the connection instead.
     pub max_response_body_bytes: usize,
+    /// The egress proxy of endpoints without one of their own (`delivery.proxy`).
+    pub proxy: Option<ProxyAddr>,
 }
 
 /// One attempt's request. `headers` go out as given (see [`Sender::send`]); the method is
@@ -76,6 +90,14 @@ pub struct OutgoingRequest {
     pub body: Bytes,
     /// Whole-request timeout, real time.
     pub timeout: Duration,
+    /// Headers whose values the attempt record masks, besides `Authorization`,
+    /// `Proxy-Authorization` and `webhook-signature` (e.g. the endpoint's configured headers,
+    /// a signer plugin's signatures).
+    pub masked: Vec<HeaderName>,
+    /// The endpoint's credentials, added as `Authorization` here, after every plugin ran.
+    pub auth: Option<Arc<OutboundAuth>>,
+    /// The endpoint's client certificate and proxy.
+    pub route: Route,
 }
 
 impl fmt::Debug for OutgoingRequest {
@@ -87,30 +109,41 @@ impl fmt::Debug for OutgoingRequest {
             .field("header_names", &self.headers.keys().collect::<Vec<_>>())
             .field("body_len", &self.body.len())
             .field("timeout", &self.timeout)
+            .field("auth", &self.auth.is_some())
+            .field("route", &self.route)
             .finish()
     }
 }
 
-/// What one attempt came to, and how long it took in real time.
+/// What one attempt came to, how long it took in real time, and what went over the wire.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SendResult {
     pub outcome: Outcome,
     pub duration: Duration,
+    /// The request headers sent (credentials and signatures masked) and the response's head
+    /// and first [`RECORDED_BODY_BYTES`].
+    pub exchange: Exchange,
 }
 
-/// Sends attempts. Cheap to clone: every clone shares one pooled keep-alive client, one TLS
-/// configuration and one allow list.
+/// Sends attempts. Cheap to clone: every clone shares the pooled keep-alive clients, the TLS
+/// configuration, the allow list and the OAuth2 tokens.
 #[derive(Clone)]
 pub struct Sender {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    /// Swapped for a fresh pool when the allow list loses networks (see
-    /// [`Sender::set_allow_networks`]).
+    /// The client of the default route. Swapped for a fresh pool when the allow list loses
+    /// networks (see [`Sender::set_allow_networks`]).
     client: ArcSwap<HttpClient>,
-    connector: HttpsConnector<GuardedConnector>,
+    /// The clients of routes with a client certificate or a proxy of their own, made when an
+    /// endpoint first needs one; emptied with the default pool.
+    routes: Mutex<HashMap<RouteKey, Arc<HttpClient>>>,
+    roots: Arc<rustls::RootCertStore>,
+    resolver: Arc<dyn Resolve>,
     allow: SharedAllowList,
+    default_proxy: Option<ProxyAddr>,
+    tokens: TokenCache,
     max_idle_per_host: usize,
     user_agent: HeaderValue,
     max_response_body_bytes: usize,
@@ -123,6 +156,7 @@ impl fmt::Debug for Sender {
             .field("max_idle_per_host", &self.inner.max_idle_per_host)
             .field("user_agent", &self.inner.user_agent)
             .field("max_response_body_bytes", &self.inner.max_response_body_bytes)
+            .field("proxy", &self.inner.default_proxy)
             .finish()
     }
 }
@@ -144,33 +178,34 @@ impl Sender {
         for cert in opts.extra_roots {
             roots.add(cert)?;
         }
-        let tls =
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        // The builder sets ALPN (h2, http/1.1) on this config from the versions enabled below.
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(GuardedConnector::new(resolver, allow.clone()));
-        let client = build_client(&connector, opts.max_idle_per_host);
+        let roots = Arc::new(roots);
+        let client = make_client(
+            &roots,
+            &resolver,
+            &allow,
+            None,
+            opts.proxy.clone(),
+            opts.max_idle_per_host,
+        )?;
+        let inner = Inner {
+            client: ArcSwap::from_pointee(client),
+            routes: Mutex::new(HashMap::new()),
+            roots,
+            resolver,
+            allow,
+            default_proxy: opts.proxy,
+            tokens: TokenCache::default(),
+            max_idle_per_host: opts.max_idle_per_host,
+            user_agent,
+            max_response_body_bytes: opts.max_response_body_bytes,
+        };
         Ok(Sender {
-            inner: Arc::new(Inner {
-                client: ArcSwap::from_pointee(client),
-                connector,
-                allow,
-                max_idle_per_host: opts.max_idle_per_host,
-                user_agent,
-                max_response_body_bytes: opts.max_response_body_bytes,
-            }),
+            inner: Arc::new(inner),
         })
     }
 
     /// Replaces the allow list (config hot reload). New connections are judged against it at
-    /// once. When a network is *removed*, the pool is also replaced, because an idle
+    /// once. When a network is *removed*, the pools are also replaced, because an idle
     /// keep-alive connection was judged under the old list and would otherwise keep reaching
     /// a now-forbidden address; attempts already running finish on their connection.
     pub fn set_allow_networks(&self, nets: Vec<IpNet>) {
@@ -180,10 +215,11 @@ impl Sender {
             .iter()
             .any(|old_net| !new.iter().any(|new_net| new_net.contains(old_net)));
         if revoked {
-            self.inner.client.store(Arc::new(build_client(
-                &self.inner.connector,
-                self.inner.max_idle_per_host,
-            )));
+            // Building the default route's client succeeded at start with the same inputs.
+            if let Ok(client) = self.inner.build_client(None, self.inner.default_proxy.clone()) {
+                self.inner.client.store(Arc::new(client));
+            }
+            self.inner.routes().clear();
         }
     }
 
@@ -193,90 +229,274 @@ impl Sender {
     }
 
     /// One attempt: `POST url` with `body` and exactly the caller's `headers`, plus
-    /// `User-Agent` (unless given), `Host` and `Content-Length`; connection-level headers the
-    /// caller passes (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, …) are
-    /// dropped because hyper owns them. Never follows redirects.
+    /// `Authorization` from the endpoint's credentials, `User-Agent` (unless given), `Host` and
+    /// `Content-Length`; connection-level headers the caller passes (`Host`,
+    /// `Content-Length`, `Transfer-Encoding`, `Connection`, …) are dropped because hyper owns
+    /// them. Never follows redirects. With OAuth2, a 401 fetches a new token and sends the
+    /// request once more.
     ///
-    /// The timeout covers connect, TLS, sending, the response head and reading the body, in
-    /// real time. Once a response head is in, the status decides the outcome even if the
-    /// body is still trickling when time runs out: a receiver that answered 2xx in time has
-    /// the event (README "How delivery works"), and the unread rest only costs the connection.
+    /// The timeout covers fetching a token, connect, TLS, sending, the response head and
+    /// reading the body, in real time. Once a response head is in, the status decides the
+    /// outcome even if the body is still trickling when time runs out: a receiver that
+    /// answered 2xx in time has the event (README "How delivery works"), and the unread rest
+    /// only costs the connection.
     ///
-    /// `now` (the gateway clock, maybe simulated) is only used to turn `Retry-After` into an
-    /// absolute time.
+    /// `now` (the gateway clock, maybe simulated) turns `Retry-After` into an absolute time
+    /// and tells whether an OAuth2 token is still fresh.
     ///
     /// Outcome mapping: 2xx → `Delivered`; 3xx → `Failed{Redirect}`; any other status →
     /// `Failed{HttpStatus}` with `retry_after` for 429 and 5xx; timeout → `Timeout`; DNS
-    /// failure → `Dns`; refused/reset/unreachable → `Connect`; TLS handshake or certificate →
-    /// `Tls`; SSRF refusal or a non-http(s) URL → `BlockedAddress`. `detail` is short text
-    /// for people: never a header, never a secret.
+    /// failure → `Dns`; refused/reset/unreachable, a proxy that refuses the tunnel →
+    /// `Connect`; TLS handshake or certificate → `Tls`; SSRF refusal or a non-http(s) URL →
+    /// `BlockedAddress`; no OAuth2 token → `Auth`. `detail` is short text for people: never a
+    /// header, never a secret.
     pub async fn send(&self, req: OutgoingRequest, now: Timestamp) -> SendResult {
         let started = Instant::now();
         let timeout = req.timeout.min(MAX_ATTEMPT_TIMEOUT);
         let deadline = tokio::time::Instant::from_std(started) + timeout;
-        let outcome = self.attempt(req, now, timeout, deadline).await;
+        let (outcome, exchange) = self.attempt(&req, now, timeout, deadline).await;
         SendResult {
             outcome,
             duration: started.elapsed(),
+            exchange,
         }
     }
 
     async fn attempt(
         &self,
-        req: OutgoingRequest,
+        req: &OutgoingRequest,
         now: Timestamp,
         timeout: Duration,
         deadline: tokio::time::Instant,
-    ) -> Outcome {
+    ) -> (Outcome, Exchange) {
         if let Err(e) = validate_url(&req.url) {
             let kind = e.kind().unwrap_or(ErrorKind::BlockedAddress);
-            return failed(kind, None, None, e.to_string());
+            return (failed(kind, None, None, e.to_string()), Exchange::default());
         }
-        let request = self.build_request(req);
-        let client = self.inner.client.load_full();
+        let client = match self.client_for(&req.route) {
+            Ok(client) => client,
+            Err(e) => {
+                return (
+                    failed(ErrorKind::Tls, None, None, e.to_string()),
+                    Exchange::default(),
+                );
+            }
+        };
+        let mut rejected = None;
+        loop {
+            let credential = match self
+                .credential(req, &client, now, rejected.as_ref(), deadline)
+                .await
+            {
+                Ok(credential) => credential,
+                Err(outcome) => return (outcome, Exchange::default()),
+            };
+            let header = credential.as_ref().map(|c| c.header.clone());
+            let (outcome, exchange) = self.exchange(&client, req, header, now, timeout, deadline).await;
+            // One new token per attempt: a receiver that refuses a fresh one refuses it.
+            match credential.and_then(|c| c.oauth_token) {
+                Some(token) if outcome.status_code() == Some(401) && rejected.is_none() => {
+                    rejected = Some(token);
+                }
+                _ => return (outcome, exchange),
+            }
+        }
+    }
+
+    /// The `Authorization` value of the endpoint's credentials (fetching an OAuth2 token that
+    /// is not `rejected` when needed, by `deadline`), or the attempt's `auth` failure.
+    async fn credential(
+        &self,
+        req: &OutgoingRequest,
+        client: &HttpClient,
+        now: Timestamp,
+        rejected: Option<&Secret>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Credential>, Outcome> {
+        let Some(auth) = req.auth.as_deref() else {
+            return Ok(None);
+        };
+        let OutboundAuth::OAuth2(oauth) = auth else {
+            return Ok(auth.static_header().map(|header| Credential {
+                header,
+                oauth_token: None,
+            }));
+        };
+        let tokens = &self.inner.tokens;
+        let token = tokio::time::timeout_at(
+            deadline,
+            tokens.token(oauth, client, &self.inner.user_agent, now, rejected),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no OAuth2 token within the attempt's timeout".to_owned()))
+        .map_err(|detail| failed(ErrorKind::Auth, None, None, detail))?;
+        Ok(Some(Credential {
+            header: bearer(token.expose()),
+            oauth_token: Some(token),
+        }))
+    }
+
+    /// Sends the request once and reads the answer.
+    async fn exchange(
+        &self,
+        client: &HttpClient,
+        req: &OutgoingRequest,
+        authorization: Option<HeaderValue>,
+        now: Timestamp,
+        timeout: Duration,
+        deadline: tokio::time::Instant,
+    ) -> (Outcome, Exchange) {
+        let request = self.build_request(req, authorization);
+        let mut exchange = Exchange {
+            request_headers: recorded(request.headers(), &req.masked),
+            ..Exchange::default()
+        };
         let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
             Err(_) => {
-                return failed(
-                    ErrorKind::Timeout,
-                    None,
-                    None,
-                    format!("no response within {} ms", timeout.as_millis()),
-                );
+                let detail = format!("no response within {} ms", timeout.as_millis());
+                return (failed(ErrorKind::Timeout, None, None, detail), exchange);
             }
             Ok(Err(e)) => {
                 let (kind, detail) = classify_client_error(&e);
-                return failed(kind, None, None, detail);
+                return (failed(kind, None, None, detail), exchange);
             }
             Ok(Ok(response)) => response,
         };
         let (head, body) = response.into_parts();
-        let excerpt = drain_body(body, self.inner.max_response_body_bytes, deadline).await;
-        outcome_of_response(head.status, &head.headers, &excerpt, now)
+        let kept = drain_body(body, self.inner.max_response_body_bytes, deadline).await;
+        exchange.response_headers = recorded(&head.headers, &[]);
+        exchange.response_body = Some(String::from_utf8_lossy(&kept).into_owned());
+        let excerpt = &kept[..kept.len().min(BODY_EXCERPT_BYTES)];
+        (
+            outcome_of_response(head.status, &head.headers, excerpt, now),
+            exchange,
+        )
     }
 
-    fn build_request(&self, req: OutgoingRequest) -> Request<Full<Bytes>> {
-        let mut headers = req.headers;
+    fn build_request(
+        &self,
+        req: &OutgoingRequest,
+        authorization: Option<HeaderValue>,
+    ) -> Request<Full<Bytes>> {
+        let mut headers = req.headers.clone();
         for name in &CONNECTION_LEVEL_HEADERS {
             headers.remove(name);
         }
         if !headers.contains_key(USER_AGENT) {
             headers.insert(USER_AGENT, self.inner.user_agent.clone());
         }
-        let mut request = Request::new(Full::new(req.body));
+        if let Some(value) = authorization {
+            headers.insert(AUTHORIZATION, value);
+        }
+        let mut request = Request::new(Full::new(req.body.clone()));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = req.url;
+        *request.uri_mut() = req.url.clone();
         *request.headers_mut() = headers;
         request
     }
+
+    /// The pooled client of a route: the default one, or one made for the route's client
+    /// certificate and proxy.
+    fn client_for(&self, route: &Route) -> Result<Arc<HttpClient>, DeliveryError> {
+        if route.identity.is_none() && route.proxy.is_none() {
+            return Ok(self.inner.client.load_full());
+        }
+        let proxy = route.proxy.clone().or_else(|| self.inner.default_proxy.clone());
+        let key = RouteKey {
+            identity: route.identity.as_ref().map(|id| id.fingerprint()),
+            proxy: proxy.clone(),
+        };
+        let mut routes = self.inner.routes();
+        if let Some(client) = routes.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = Arc::new(self.inner.build_client(route.identity.as_deref(), proxy)?);
+        routes.insert(key, client.clone());
+        Ok(client)
+    }
 }
 
-fn build_client(connector: &HttpsConnector<GuardedConnector>, max_idle_per_host: usize) -> HttpClient {
-    Client::builder(TokioExecutor::new())
+/// An `Authorization` value, and the OAuth2 token in it (to renew it after a 401).
+struct Credential {
+    header: HeaderValue,
+    oauth_token: Option<Secret>,
+}
+
+impl Inner {
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<RouteKey, Arc<HttpClient>>> {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn build_client(
+        &self,
+        identity: Option<&ClientIdentity>,
+        proxy: Option<ProxyAddr>,
+    ) -> Result<HttpClient, DeliveryError> {
+        make_client(
+            &self.roots,
+            &self.resolver,
+            &self.allow,
+            identity,
+            proxy,
+            self.max_idle_per_host,
+        )
+    }
+}
+
+/// A pooled client over the SSRF-guarded connector, with a client certificate and a proxy
+/// when given.
+fn make_client(
+    roots: &Arc<rustls::RootCertStore>,
+    resolver: &Arc<dyn Resolve>,
+    allow: &SharedAllowList,
+    identity: Option<&ClientIdentity>,
+    proxy: Option<ProxyAddr>,
+    max_idle_per_host: usize,
+) -> Result<HttpClient, DeliveryError> {
+    // The builder sets ALPN (h2, http/1.1) on this config from the versions enabled below.
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config(roots.clone(), identity)?)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(GuardedConnector::new(resolver.clone(), allow.clone()).through(proxy));
+    Ok(Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(max_idle_per_host)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
-        .build(connector.clone())
+        .build(connector))
+}
+
+fn tls_config(
+    roots: Arc<rustls::RootCertStore>,
+    identity: Option<&ClientIdentity>,
+) -> Result<rustls::ClientConfig, rustls::Error> {
+    let builder =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots);
+    match identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some(id) => builder.with_client_auth_cert(id.chain(), id.key()),
+    }
+}
+
+/// Headers as the attempt record keeps them: values of `masked`, credentials and signatures
+/// replaced by [`MASKED`], others as lossy text.
+fn recorded(headers: &HeaderMap, masked: &[HeaderName]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let hidden = ALWAYS_MASKED.contains(name) || masked.contains(name) || value.is_sensitive();
+            let shown = if hidden {
+                MASKED.to_owned()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            (name.as_str().to_owned(), shown)
+        })
+        .collect()
 }
 
 /// `Ok` for an absolute `http` or `https` URL with a host: the only URLs the gateway
@@ -344,7 +564,7 @@ fn outcome_of_response(status: StatusCode, headers: &HeaderMap, excerpt: &[u8], 
 }
 
 /// Reads the body until its end, `max_bytes`, or `deadline`, whichever comes first, and
-/// returns its first [`BODY_EXCERPT_BYTES`]. Reading to the end lets the connection return to
+/// returns its first [`RECORDED_BODY_BYTES`]. Reading to the end lets the connection return to
 /// the pool; stopping early drops it, which closes it.
 async fn drain_body(mut body: Incoming, max_bytes: usize, deadline: tokio::time::Instant) -> Vec<u8> {
     let mut excerpt = Vec::new();
@@ -355,7 +575,7 @@ async fn drain_body(mut body: Incoming, max_bytes: usize, deadline: tokio::time:
             Ok(None) | Ok(Some(Err(_))) | Err(_) => break,
         };
         if let Ok(data) = frame.into_data() {
-            let room = BODY_EXCERPT_BYTES.saturating_sub(excerpt.len());
+            let room = RECORDED_BODY_BYTES.saturating_sub(excerpt.len());
             excerpt.extend_from_slice(&data[..data.len().min(room)]);
             read_bytes = read_bytes.saturating_add(data.len());
         }
@@ -383,7 +603,7 @@ fn truncate_chars(s: &str, max_chars: usize) -> &str {
 /// error is `Tls`; any other failure while connecting happened after TCP was up, i.e. in the
 /// TLS handshake (`Tls`); a failure after connecting (reset, closed early, garbled response)
 /// is `Connect`.
-fn classify_client_error(err: &hyper_util::client::legacy::Error) -> (ErrorKind, String) {
+pub(super) fn classify_client_error(err: &hyper_util::client::legacy::Error) -> (ErrorKind, String) {
     let mut innermost: &(dyn StdError + 'static) = err;
     let mut current: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = current {
@@ -521,6 +741,29 @@ mod tests {
             let err = validate_url(&uri(bad)).unwrap_err();
             assert_eq!(err.kind(), Some(ErrorKind::BlockedAddress), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_record_masks_credentials_signatures_and_named_headers() {
+        let sent = headers(&[
+            ("authorization", "Bearer t"),
+            ("proxy-authorization", "Basic p"),
+            ("webhook-signature", "v1,abc"),
+            ("x-api-key", "k"),
+            ("webhook-id", "msg_1"),
+        ]);
+        let got = recorded(&sent, &[HeaderName::from_static("x-api-key")]);
+        let shown: Vec<(&str, &str)> = got.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("authorization", MASKED),
+                ("proxy-authorization", MASKED),
+                ("webhook-signature", MASKED),
+                ("x-api-key", MASKED),
+                ("webhook-id", "msg_1"),
+            ]
+        );
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! Blocked answers are dropped; when nothing allowed remains the attempt fails with
 //! `blocked_address`. Several allowed addresses are tried happy-eyeballs style: the next one
 //! starts when the previous failed or has not connected within [`CONNECT_STAGGER`].
+//!
+//! Through an egress proxy the same holds: the target is resolved and judged here, and the
+//! proxy is asked to `CONNECT` to the judged address itself, never to the name, so the proxy
+//! cannot resolve it to somewhere else. The proxy's own address is the operator's choice and
+//! is not judged.
 
 use std::future::Future;
 use std::io;
@@ -22,8 +27,10 @@ use futures_util::stream::FuturesUnordered;
 use http::Uri;
 use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::route::ProxyAddr;
 use super::{DeliveryError, Resolve, ssrf};
 
 /// How long one address gets before the next one is tried in parallel (RFC 8305 suggests
@@ -34,6 +41,9 @@ pub const CONNECT_STAGGER: Duration = Duration::from_millis(250);
 /// this only bounds a connect that hyper keeps running for its pool after the attempt is over.
 pub const CONNECT_CAP: Duration = Duration::from_secs(30);
 
+/// The longest proxy answer to a `CONNECT` that is read.
+const MAX_PROXY_HEAD_BYTES: usize = 8 * 1024;
+
 /// The allow list, shared with [`super::Sender`] so a config reload takes effect on the next
 /// connection without rebuilding anything.
 pub type SharedAllowList = Arc<ArcSwap<Vec<IpNet>>>;
@@ -43,11 +53,22 @@ pub type SharedAllowList = Arc<ArcSwap<Vec<IpNet>>>;
 pub struct GuardedConnector {
     resolver: Arc<dyn Resolve>,
     allow: SharedAllowList,
+    proxy: Option<ProxyAddr>,
 }
 
 impl GuardedConnector {
     pub fn new(resolver: Arc<dyn Resolve>, allow: SharedAllowList) -> Self {
-        GuardedConnector { resolver, allow }
+        GuardedConnector {
+            resolver,
+            allow,
+            proxy: None,
+        }
+    }
+
+    /// The same guard, tunnelling every connection through `proxy` with `CONNECT`.
+    pub fn through(mut self, proxy: Option<ProxyAddr>) -> Self {
+        self.proxy = proxy;
+        self
     }
 
     /// Opens a TCP connection to the URL's host, or says which rule refused it.
@@ -76,7 +97,11 @@ impl GuardedConnector {
                 host: host.to_owned(),
             }));
         }
-        let stream = connect_first(interleave_families(allowed)).await?;
+        let allowed = interleave_families(allowed);
+        let stream = match &self.proxy {
+            None => connect_first(allowed).await?,
+            Some(proxy) => self.tunnel(proxy, allowed[0]).await?,
+        };
         // Webhook requests are small and latency matters more than packet count.
         stream
             .set_nodelay(true)
@@ -86,6 +111,43 @@ impl GuardedConnector {
                     .unwrap_or_else(|_| SocketAddr::from(([0; 4], port))),
                 source,
             })?;
+        Ok(stream)
+    }
+
+    /// A connection to `target` through `proxy`: TCP to the proxy, `CONNECT target`, a 2xx.
+    async fn tunnel(&self, proxy: &ProxyAddr, target: SocketAddr) -> Result<TcpStream, DeliveryError> {
+        let refused = |detail: String| DeliveryError::Proxy {
+            proxy: proxy.to_string(),
+            detail,
+        };
+        let addrs = self
+            .resolve(&proxy.host)
+            .await?
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, proxy.port))
+            .collect();
+        let mut stream = connect_first(interleave_families(addrs)).await?;
+        let handshake = async {
+            let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+            stream.write_all(request.as_bytes()).await?;
+            read_head(&mut stream).await
+        };
+        let head = match tokio::time::timeout(CONNECT_CAP, handshake).await {
+            Ok(Ok(head)) => head,
+            Ok(Err(e)) => {
+                return Err(refused(format!(
+                    "CONNECT to {target}: {}",
+                    super::describe_io(&e)
+                )));
+            }
+            Err(_) => return Err(refused(format!("CONNECT to {target}: no answer"))),
+        };
+        let status_line = head.lines().next().unwrap_or_default();
+        let code = status_line.split_whitespace().nth(1).unwrap_or_default();
+        if !(code.len() == 3 && code.starts_with('2')) {
+            let shown: String = status_line.chars().take(100).collect();
+            return Err(refused(format!("CONNECT to {target} answered `{shown}`")));
+        }
         Ok(stream)
     }
 
@@ -127,6 +189,19 @@ impl tower::Service<Uri> for GuardedConnector {
         let this = self.clone();
         Box::pin(async move { this.connect(&uri).await.map(TokioIo::new) })
     }
+}
+
+/// Reads a proxy's answer head one byte at a time, so that nothing of the tunnel that follows
+/// is consumed.
+async fn read_head(stream: &mut TcpStream) -> io::Result<String> {
+    let mut head = Vec::with_capacity(128);
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= MAX_PROXY_HEAD_BYTES {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "answer head too long"));
+        }
+        head.push(stream.read_u8().await?);
+    }
+    Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
 /// The port to connect to: explicit, or the scheme's default. Other schemes are refused here

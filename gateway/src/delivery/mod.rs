@@ -6,15 +6,21 @@
 //! - [`connector`] is the SSRF guard on the wire: it resolves a host once, judges every
 //!   address with [`ssrf::check`], and connects only to an address it judged, so a DNS answer
 //!   that changes between check and connect (rebinding) cannot reach a blocked address.
+//! - [`auth`] and `oauth2` add an endpoint's credentials (bearer, basic, OAuth2 client
+//!   credentials with a token cache); [`route`] is its client certificate and egress proxy,
+//!   each distinct route with a pooled client of its own.
 //! - [`signing`] produces the Standard Webhooks headers; [`parse_retry_after`] turns a
 //!   receiver's `Retry-After` into an absolute, capped time.
 //!
 //! Name resolution goes through the [`Resolve`] trait so that tests never query real DNS.
 
+pub mod auth;
 mod client;
 pub mod connector;
+mod oauth2;
 mod resolve;
 mod retry_after;
+pub mod route;
 pub mod signing;
 pub mod ssrf;
 
@@ -24,11 +30,14 @@ mod tests;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+pub use auth::{OAuth2Client, OutboundAuth};
 pub use client::{
-    BODY_EXCERPT_BYTES, OutgoingRequest, POOL_IDLE_TIMEOUT, SendResult, Sender, SenderOptions, validate_url,
+    BODY_EXCERPT_BYTES, OutgoingRequest, POOL_IDLE_TIMEOUT, RECORDED_BODY_BYTES, SendResult, Sender,
+    SenderOptions, validate_url,
 };
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use retry_after::{RETRY_AFTER_CAP, parse_retry_after};
+pub use route::{ClientIdentity, ProxyAddr, Route};
 
 use crate::model::ErrorKind;
 
@@ -64,6 +73,9 @@ pub enum DeliveryError {
     /// No TCP connection could be made to any allowed address (the last failure is shown).
     #[error("connect to {addr}: {}", describe_io(source))]
     Connect { addr: SocketAddr, source: io::Error },
+    /// The egress proxy did not open a tunnel to the target.
+    #[error("proxy {proxy}: {detail}")]
+    Proxy { proxy: String, detail: String },
 }
 
 impl DeliveryError {
@@ -80,7 +92,7 @@ impl DeliveryError {
             DeliveryError::NoHost | DeliveryError::Dns { .. } | DeliveryError::NoAddress { .. } => {
                 Some(ErrorKind::Dns)
             }
-            DeliveryError::Connect { .. } => Some(ErrorKind::Connect),
+            DeliveryError::Connect { .. } | DeliveryError::Proxy { .. } => Some(ErrorKind::Connect),
         }
     }
 }

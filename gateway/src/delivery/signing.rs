@@ -1,8 +1,10 @@
-//! Standard Webhooks v1 signing (README "How delivery works"): what lets a receiver check that a
+//! Standard Webhooks signing (README "How delivery works"): what lets a receiver check that a
 //! request came from the gateway and was not replayed from long ago.
 //!
 //! The signed content is `"{webhook-id}.{webhook-timestamp}.{body}"`, the signature
-//! `v1,<base64(HMAC-SHA256(key, content))>`. While a secret is rotated the endpoint lists
+//! `v1,<base64(HMAC-SHA256(key, content))>`, or with `signature: ed25519`
+//! `v1a,<base64(Ed25519(private key, content))>`: receivers then verify with the `whpk_` public
+//! key and hold nothing that could forge a request. While a secret is rotated the endpoint lists
 //! several secrets and every one of them signs, separated by one space, so receivers holding
 //! either the old or the new secret accept the request during the grace period.
 
@@ -11,6 +13,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName, HeaderValue};
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use sha2::Sha256;
 
 use super::DeliveryError;
@@ -18,6 +21,21 @@ use crate::model::Secret;
 
 /// The prefix of a Standard Webhooks secret; what follows it is the base64 of the key.
 pub const WHSEC_PREFIX: &str = "whsec_";
+/// The prefix of a Standard Webhooks Ed25519 private key: the base64 of its 32-byte seed (or of
+/// the seed followed by the public key, 64 bytes).
+pub const WHSK_PREFIX: &str = "whsk_";
+/// The prefix of a Standard Webhooks Ed25519 public key: the base64 of its 32 bytes.
+pub const WHPK_PREFIX: &str = "whpk_";
+
+/// How an endpoint's secrets sign (`signature:`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SignatureScheme {
+    /// `v1`: HMAC-SHA256 with a shared secret.
+    #[default]
+    Hmac,
+    /// `v1a`: Ed25519 with a `whsk_` private key.
+    Ed25519,
+}
 
 pub const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 pub const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
@@ -90,9 +108,64 @@ pub fn standard_webhooks_signature(
         .join(" ")
 }
 
+/// The Ed25519 key pair of a `whsk_` secret. The error never contains the secret.
+pub fn ed25519_key(secret: &Secret) -> Result<Ed25519KeyPair, DeliveryError> {
+    let encoded = secret
+        .expose()
+        .strip_prefix(WHSK_PREFIX)
+        .ok_or(DeliveryError::InvalidSecret("an ed25519 key starts with `whsk_`"))?;
+    let bytes = LENIENT_BASE64
+        .decode(encoded)
+        .map_err(|_| DeliveryError::InvalidSecret("what follows `whsk_` is not valid base64"))?;
+    let pair = match bytes.len() {
+        32 => Ed25519KeyPair::from_seed_unchecked(&bytes),
+        64 => Ed25519KeyPair::from_seed_and_public_key(&bytes[..32], &bytes[32..]),
+        _ => {
+            return Err(DeliveryError::InvalidSecret(
+                "a whsk_ key is 32 bytes (or 64: the seed and its public key)",
+            ));
+        }
+    };
+    pair.map_err(|_| DeliveryError::InvalidSecret("the whsk_ key's public half does not match it"))
+}
+
+/// The `whpk_` public key of a `whsk_` private key, for receivers to verify with.
+pub fn ed25519_public_key(secret: &Secret) -> Result<String, DeliveryError> {
+    let pair = ed25519_key(secret)?;
+    Ok(format!(
+        "{WHPK_PREFIX}{}",
+        STANDARD.encode(pair.public_key().as_ref())
+    ))
+}
+
+/// A new Ed25519 key pair: the `whsk_` private key (a secret) and its `whpk_` public key.
+pub fn generate_ed25519() -> Result<(Secret, String), DeliveryError> {
+    use ring::rand::{SecureRandom as _, SystemRandom};
+    let mut seed = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut seed)
+        .map_err(|_| DeliveryError::InvalidSecret("the system's random source failed"))?;
+    let secret = Secret::new(format!("{WHSK_PREFIX}{}", STANDARD.encode(seed)));
+    let public = ed25519_public_key(&secret)?;
+    Ok((secret, public))
+}
+
+/// The `webhook-signature` value of Ed25519 keys: one `v1a,<base64>` per key, separated by
+/// one space. A key that does not parse (refused when the config loads) signs nothing.
+pub fn ed25519_signature(secrets: &[Secret], msg_id: &str, timestamp_s: i64, body: &[u8]) -> String {
+    let mut content = format!("{msg_id}.{timestamp_s}.").into_bytes();
+    content.extend_from_slice(body);
+    secrets
+        .iter()
+        .filter_map(|secret| ed25519_key(secret).ok())
+        .map(|pair| format!("v1a,{}", STANDARD.encode(pair.sign(&content).as_ref())))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The standard headers of one attempt: `webhook-id`, `webhook-timestamp`,
-/// `webhook-signature` (only when `sign` is true and there is at least one secret; a signer
-/// plugin replaces it otherwise) and `Hookgate-Delivery-Attempt`.
+/// `webhook-signature` (only when `sign` names a scheme and there is at least one secret; a
+/// signer plugin replaces it otherwise) and `Hookgate-Delivery-Attempt`.
 ///
 /// A header value cannot hold control characters, so any in `msg_id` are sent
 /// percent-encoded (`%0A`), and the signature covers exactly the id that is sent — the
@@ -103,7 +176,7 @@ pub fn standard_headers(
     attempt: u32,
     secrets: &[Secret],
     body: &[u8],
-    sign: bool,
+    sign: Option<SignatureScheme>,
 ) -> HeaderMap {
     let sent_id = header_safe_id(msg_id);
     let mut headers = HeaderMap::with_capacity(4);
@@ -112,8 +185,15 @@ pub fn standard_headers(
         HeaderValue::from_bytes(sent_id.as_bytes()).expect("control characters were escaped"),
     );
     headers.insert(WEBHOOK_TIMESTAMP, HeaderValue::from(timestamp_s));
-    if sign && !secrets.is_empty() {
-        let signature = standard_webhooks_signature(secrets, &sent_id, timestamp_s, body);
+    let signature = match sign {
+        _ if secrets.is_empty() => None,
+        None => None,
+        Some(SignatureScheme::Hmac) => {
+            Some(standard_webhooks_signature(secrets, &sent_id, timestamp_s, body))
+        }
+        Some(SignatureScheme::Ed25519) => Some(ed25519_signature(secrets, &sent_id, timestamp_s, body)),
+    };
+    if let Some(signature) = signature.filter(|s| !s.is_empty()) {
         headers.insert(
             WEBHOOK_SIGNATURE,
             HeaderValue::from_str(&signature).expect("base64 and `v1,` are visible ASCII"),
@@ -208,7 +288,7 @@ mod tests {
             3,
             &[Secret::new(VECTOR_SECRET)],
             VECTOR_BODY,
-            true,
+            Some(SignatureScheme::Hmac),
         );
         assert_eq!(h.len(), 4);
         assert_eq!(h["webhook-id"], VECTOR_ID);
@@ -219,7 +299,14 @@ mod tests {
 
     #[test]
     fn no_signature_without_secrets_or_when_a_plugin_signs() {
-        let unsigned = standard_headers(VECTOR_ID, VECTOR_TS, 1, &[], VECTOR_BODY, true);
+        let unsigned = standard_headers(
+            VECTOR_ID,
+            VECTOR_TS,
+            1,
+            &[],
+            VECTOR_BODY,
+            Some(SignatureScheme::Hmac),
+        );
         assert!(!unsigned.contains_key("webhook-signature"));
         assert_eq!(unsigned["hookgate-delivery-attempt"], "1");
         let plugin_signs = standard_headers(
@@ -228,7 +315,7 @@ mod tests {
             1,
             &[Secret::new(VECTOR_SECRET)],
             VECTOR_BODY,
-            false,
+            None,
         );
         assert!(!plugin_signs.contains_key("webhook-signature"));
         assert_eq!(plugin_signs["webhook-id"], VECTOR_ID);
@@ -237,11 +324,56 @@ mod tests {
     #[test]
     fn an_id_with_control_characters_is_escaped_and_signed_as_sent() {
         let secrets = [Secret::new(VECTOR_SECRET)];
-        let h = standard_headers("evt\n1%", 10, 1, &secrets, b"{}", true);
+        let h = standard_headers("evt\n1%", 10, 1, &secrets, b"{}", Some(SignatureScheme::Hmac));
         assert_eq!(h["webhook-id"], "evt%0A1%25");
         assert_eq!(
             h["webhook-signature"],
             standard_webhooks_signature(&secrets, "evt%0A1%25", 10, b"{}").as_str()
         );
+    }
+
+    #[test]
+    fn ed25519_keys_sign_v1a_and_verify_with_their_public_key() {
+        use ring::signature::{ED25519, UnparsedPublicKey};
+        let (secret, public) = generate_ed25519().unwrap();
+        assert!(secret.expose().starts_with(WHSK_PREFIX) && public.starts_with(WHPK_PREFIX));
+        assert_eq!(ed25519_public_key(&secret).unwrap(), public);
+        let h = standard_headers("msg_1", 10, 1, &[secret], b"{}", Some(SignatureScheme::Ed25519));
+        let value = h["webhook-signature"].to_str().unwrap();
+        let sig = STANDARD.decode(value.strip_prefix("v1a,").unwrap()).unwrap();
+        let key = STANDARD
+            .decode(public.strip_prefix(WHPK_PREFIX).unwrap())
+            .unwrap();
+        let key = UnparsedPublicKey::new(&ED25519, key);
+        assert!(key.verify(b"msg_1.10.{}", &sig).is_ok());
+        assert!(key.verify(b"msg_1.11.{}", &sig).is_err());
+    }
+
+    #[test]
+    fn ed25519_keys_are_a_seed_or_a_seed_and_its_public_key() {
+        let seed = [7u8; 32];
+        let short = Secret::new(format!("whsk_{}", STANDARD.encode(seed)));
+        let public = ed25519_key(&short).unwrap().public_key().as_ref().to_vec();
+        let long = Secret::new(format!("whsk_{}", STANDARD.encode([&seed[..], &public].concat())));
+        assert_eq!(
+            ed25519_public_key(&long).unwrap(),
+            ed25519_public_key(&short).unwrap()
+        );
+        let mismatched = Secret::new(format!(
+            "whsk_{}",
+            STANDARD.encode([[7u8; 32], [8u8; 32]].concat())
+        ));
+        for bad in [
+            mismatched,
+            Secret::new("whsk_AAAA"),
+            Secret::new("whsec_AAAA"),
+            Secret::new("whsk_***"),
+        ] {
+            let Err(err) = ed25519_key(&bad).map(|_| ()) else {
+                panic!("a bad key was accepted")
+            };
+            let err = err.to_string();
+            assert!(!err.contains("AAAA") && !err.contains("***"), "{err}");
+        }
     }
 }

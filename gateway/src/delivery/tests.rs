@@ -224,6 +224,7 @@ fn options(allow: &[&str]) -> SenderOptions {
         extra_roots: Vec::new(),
         user_agent: "hookgate/0.1".to_owned(),
         max_response_body_bytes: 64 * 1024,
+        proxy: None,
     }
 }
 
@@ -239,6 +240,9 @@ fn request(url: Uri) -> OutgoingRequest {
         headers,
         body: Bytes::from_static(br#"{"n":1}"#),
         timeout: Duration::from_secs(5),
+        masked: Vec::new(),
+        auth: None,
+        route: Route::default(),
     }
 }
 
@@ -350,7 +354,7 @@ async fn the_standard_headers_arrive_as_signed() {
         1,
         &[secret],
         body,
-        true,
+        Some(signing::SignatureScheme::Hmac),
     ));
     sender(&["127.0.0.0/8"]).send(req, NOW).await;
     let h = &server.seen()[0].headers;
@@ -887,4 +891,67 @@ fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
             .to_string();
         assert!(err.contains("delivery.ca_certs[0]") && err.contains(why), "{err}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Credentials and proxies
+// ---------------------------------------------------------------------------------------
+
+fn oauth2(token_url: Uri) -> Arc<OutboundAuth> {
+    Arc::new(OutboundAuth::OAuth2(OAuth2Client {
+        token_url,
+        client_id: "id".into(),
+        client_secret: crate::model::Secret::new("client-secret"),
+        scope: None,
+        audience: None,
+    }))
+}
+
+#[tokio::test]
+async fn the_token_url_passes_the_ssrf_guard_and_a_refusal_is_an_auth_failure() {
+    let idp = TestServer::start(|_| response(200, &[], r#"{"access_token":"t"}"#)).await;
+    let target = TestServer::ok().await;
+    let mut req = request(target.url("/hook"));
+    req.auth = Some(oauth2(idp.url("/token")));
+    // Nothing is allowed: the token request is refused before it leaves.
+    let result = sender(&[]).send(req, NOW).await;
+    assert_eq!(kind_of(&result.outcome), Some(ErrorKind::Auth), "{result:?}");
+    let Outcome::Failed { detail, .. } = &result.outcome else {
+        unreachable!()
+    };
+    assert!(detail.contains("blocked address 127.0.0.1"), "{detail}");
+    assert!(idp.seen().is_empty() && target.seen().is_empty());
+    assert!(result.exchange.request_headers.is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_connect() {
+    let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_port = proxy.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = proxy.accept().await {
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let Ok(b) = stream.read_u8().await else { break };
+                head.push(b);
+            }
+            let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
+        }
+    });
+    let target = TestServer::ok().await;
+    let mut req = request(target.url("/hook"));
+    req.route.proxy = Some(ProxyAddr {
+        host: "127.0.0.1".into(),
+        port: proxy_port,
+    });
+    let result = sender(&["127.0.0.0/8"]).send(req, NOW).await;
+    assert_eq!(kind_of(&result.outcome), Some(ErrorKind::Connect), "{result:?}");
+    let Outcome::Failed { detail, .. } = &result.outcome else {
+        unreachable!()
+    };
+    assert!(
+        detail.contains(&format!("proxy 127.0.0.1:{proxy_port}")) && detail.contains("403"),
+        "{detail}"
+    );
+    assert!(target.seen().is_empty());
 }

@@ -23,7 +23,8 @@ pub enum Classification {
 /// - `all` retries every failure except 410 Gone: a 3xx, a 4xx, a blocked address
 ///   may all be a receiver's passing mistake, and the schedule is bounded anyway.
 /// - `sns` retries what SNS retries: 5xx, 429, timeouts and connection errors (connect, DNS,
-///   TLS); every other failure is permanent. A 410 is `Gone` under `sns` too, so the health
+///   TLS, and `auth`: the token server's failure kept the request from being sent); every
+///   other failure is permanent. A 410 is `Gone` under `sns` too, so the health
 ///   machine still disables the endpoint.
 ///
 /// Under both, a plugin error is retryable (the plugin may be dropped in or fixed;
@@ -40,7 +41,7 @@ pub fn classify(retry_on: RetryOn, outcome: &Outcome) -> Classification {
         ErrorKind::EndpointPaused | ErrorKind::EndpointRemoved => Classification::Permanent,
         ErrorKind::PluginError => Classification::Retryable,
         _ if retry_on == RetryOn::All => Classification::Retryable,
-        ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Dns | ErrorKind::Tls => {
+        ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Dns | ErrorKind::Tls | ErrorKind::Auth => {
             Classification::Retryable
         }
         ErrorKind::HttpStatus => match status {
@@ -94,6 +95,7 @@ mod tests {
             (failed(ErrorKind::Dns, None), Retryable, Retryable),
             (failed(ErrorKind::Tls, None), Retryable, Retryable),
             (failed(ErrorKind::PluginError, None), Retryable, Retryable),
+            (failed(ErrorKind::Auth, None), Retryable, Retryable),
             (failed(ErrorKind::BlockedAddress, None), Retryable, Permanent),
             (failed(ErrorKind::EndpointPaused, None), Permanent, Permanent),
             (failed(ErrorKind::EndpointRemoved, None), Permanent, Permanent),

@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 use crate::clock::{Clock, SystemClock};
 use crate::config::EndpointConfig;
 use crate::delivery::{OutgoingRequest, Sender, signing};
-use crate::model::{Attempt, ErrorKind, Event, Outcome, PluginBinding, Timestamp};
+use crate::model::{Attempt, ErrorKind, Event, Exchange, Outcome, PluginBinding, Timestamp};
 use crate::plugins::headers as plugin_headers;
 use crate::plugins::{
     BackoffInput, EventInfo, FailureDetail, PluginBackoffDecision, PluginFailure, PluginHost, SignInput,
@@ -64,6 +64,8 @@ pub(crate) struct AttemptReport {
     pub(crate) plugin_note: Option<String>,
     /// A backoff plugin's answer for a failed attempt.
     pub(crate) backoff: Option<BackoffDecision>,
+    /// The headers sent (masked) and the response's head and start, for the attempt record.
+    pub(crate) exchange: Exchange,
 }
 
 impl AttemptReport {
@@ -72,7 +74,9 @@ impl AttemptReport {
     pub(crate) fn record(&self, n: u32) -> Attempt {
         let duration_ms = self.duration.as_millis() as u64;
         match &self.result {
-            AttemptResult::Sent(outcome) => Attempt::from_outcome(n, self.started_at, duration_ms, outcome),
+            AttemptResult::Sent(outcome) => {
+                Attempt::from_outcome(n, self.started_at, duration_ms, outcome, self.exchange.clone())
+            }
             AttemptResult::Dropped { .. } => Attempt {
                 n,
                 started_at: self.started_at,
@@ -80,6 +84,7 @@ impl AttemptReport {
                 status_code: None,
                 error_kind: None,
                 error: None,
+                exchange: Exchange::default(),
             },
         }
     }
@@ -89,7 +94,13 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
     let started_at = env.clock.now();
     let real_start = Instant::now();
     let mut notes = Vec::new();
-    let result = run(env, &input, &mut notes).await;
+    let (result, exchange) = match prepare(env, &input, &mut notes).await {
+        Ok(request) => {
+            let sent = env.sender.send(request, env.clock.now()).await;
+            (AttemptResult::Sent(sent.outcome), sent.exchange)
+        }
+        Err(result) => (result, Exchange::default()),
+    };
     let backoff = match &result {
         AttemptResult::Sent(outcome @ Outcome::Failed { .. }) => match &input.endpoint.backoff {
             Some(binding) => {
@@ -138,6 +149,7 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
             Some(notes.join("; "))
         },
         backoff,
+        exchange,
     }
 }
 
@@ -196,12 +208,17 @@ fn plugin_failed(failure: PluginFailure) -> AttemptResult {
     })
 }
 
-/// Builds the request and sends it. Plugins never see the endpoint's configured headers
-/// (they may be credentials): a transform gets the content type and answers the base of the
-/// request, the endpoint's headers and the standard headers are set over it, and a signer sees
-/// that request without the configured headers and may only add new names (see
-/// [`crate::plugins::headers`]).
-async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>) -> AttemptResult {
+/// Builds the request, or says how the attempt ends without one. Plugins never see the
+/// endpoint's configured headers or credentials: a transform gets the content type and answers
+/// the base of the request, the endpoint's headers and the standard headers are set over it,
+/// and a signer sees that request without the configured headers and may only add new names
+/// (see [`crate::plugins::headers`]); the sender adds `Authorization` last. The attempt record
+/// masks the configured headers' and the signer's values.
+async fn prepare(
+    env: &AttemptEnv,
+    input: &AttemptInput<'_>,
+    notes: &mut Vec<String>,
+) -> Result<OutgoingRequest, AttemptResult> {
     let endpoint = input.endpoint;
     let event = input.event;
     let now = env.clock.now();
@@ -213,21 +230,22 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
     }
     let mut body: Bytes = event.payload.clone();
 
-    if let Some(binding) = &endpoint.transform {
-        match transform(env, input, binding, &headers, &body, now, notes).await {
-            Ok(Some((new_headers, new_body))) => (headers, body) = (new_headers, new_body),
-            Ok(None) => {}
-            Err(result) => return result,
-        }
+    if let Some(binding) = &endpoint.transform
+        && let Some((new_headers, new_body)) =
+            transform(env, input, binding, &headers, &body, now, notes).await?
+    {
+        (headers, body) = (new_headers, new_body);
     }
+    let mut masked = Vec::with_capacity(endpoint.headers.len());
     for (name, value) in &endpoint.headers {
         headers.insert(name.clone(), value.clone());
+        masked.push(name.clone());
     }
 
     // The signature timestamp is real wall time even under --time-scale: receivers check it
     // against their own clock to refuse replays.
     let timestamp_s = SystemClock.now().as_unix_seconds();
-    let sign_standard = endpoint.signer.is_none();
+    let sign_standard = endpoint.signer.is_none().then_some(endpoint.signature);
     let standard = signing::standard_headers(
         &event.id,
         timestamp_s,
@@ -241,28 +259,21 @@ async fn run(env: &AttemptEnv, input: &AttemptInput<'_>, notes: &mut Vec<String>
     }
 
     if let Some(binding) = &endpoint.signer {
-        let signed = match sign(env, input, binding, &headers, &body, notes).await {
-            Ok(signed) => signed,
-            Err(result) => return result,
-        };
+        let signed = sign(env, input, binding, &headers, &body, notes).await?;
         for (name, value) in &signed {
             headers.append(name.clone(), value.clone());
+            masked.push(name.clone());
         }
     }
-
-    let sent = env
-        .sender
-        .send(
-            OutgoingRequest {
-                url: endpoint.url.clone(),
-                headers,
-                body,
-                timeout: input.timeout,
-            },
-            now,
-        )
-        .await;
-    AttemptResult::Sent(sent.outcome)
+    Ok(OutgoingRequest {
+        url: endpoint.url.clone(),
+        headers,
+        body,
+        timeout: input.timeout,
+        masked,
+        auth: endpoint.auth.clone(),
+        route: endpoint.route.clone(),
+    })
 }
 
 /// Runs the transform on the request so far: `Ok(Some(..))` is the new base (headers the

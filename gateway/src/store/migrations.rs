@@ -100,6 +100,12 @@ const MIGRATIONS: &[&str] = &[
         END;
     CREATE INDEX endpoint_history_by_time ON endpoint_history (at);
     "#,
+    // 3: what each attempt sent and got back (headers masked, the response body's first 4 KiB).
+    r#"
+    ALTER TABLE attempts ADD COLUMN request_headers TEXT;
+    ALTER TABLE attempts ADD COLUMN response_headers TEXT;
+    ALTER TABLE attempts ADD COLUMN response_body TEXT;
+    "#,
 ];
 
 /// The schema version this gateway writes.

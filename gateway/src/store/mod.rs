@@ -26,7 +26,7 @@ pub use postgres::{CopyProgress, PgStore, copy_sqlite_to_postgres};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};
-use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Timestamp};
+use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Exchange, Timestamp};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -394,6 +394,41 @@ pub trait Store: Send + Sync + 'static {
     /// a store only one process can open (SQLite).
     fn cluster(self: Arc<Self>) -> Option<Arc<dyn ClusterStore>> {
         None
+    }
+}
+
+/// An attempt's exchange as both stores keep it: each header list a JSON array of
+/// `[name, value]` pairs (NULL when empty), the response body as text.
+pub(crate) struct ExchangeColumns {
+    pub(crate) request_headers: Option<String>,
+    pub(crate) response_headers: Option<String>,
+    pub(crate) response_body: Option<String>,
+}
+
+impl ExchangeColumns {
+    pub(crate) fn of(exchange: &Exchange) -> ExchangeColumns {
+        let list = |headers: &[(String, String)]| {
+            (!headers.is_empty()).then(|| serde_json::to_string(headers).unwrap_or_default())
+        };
+        ExchangeColumns {
+            request_headers: list(&exchange.request_headers),
+            response_headers: list(&exchange.response_headers),
+            response_body: exchange.response_body.clone(),
+        }
+    }
+
+    /// The exchange back; a list that does not parse (never written by the gateway) reads as
+    /// empty rather than failing the whole delivery's read.
+    pub(crate) fn into_exchange(self) -> Exchange {
+        let list = |text: Option<String>| {
+            text.and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default()
+        };
+        Exchange {
+            request_headers: list(self.request_headers),
+            response_headers: list(self.response_headers),
+            response_body: self.response_body,
+        }
     }
 }
 

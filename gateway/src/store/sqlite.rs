@@ -388,9 +388,11 @@ fn apply_health(conn: &Connection, change: &HealthChange) -> StoreResult<HealthA
 
 fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
     let a = &write.attempt;
+    let exchange = ExchangeColumns::of(&a.exchange);
     conn.prepare_cached(
-        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+             request_headers, response_headers, response_body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
     .execute(params![
         write.delivery.0,
@@ -402,6 +404,9 @@ fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
         a.error_kind.map(|k| k.as_str()),
         a.error,
         write.plugin_note,
+        exchange.request_headers,
+        exchange.response_headers,
+        exchange.response_body,
     ])?;
     // The round guard keeps a late outcome of an old round from overwriting a redelivery.
     conn.prepare_cached(
@@ -749,7 +754,8 @@ impl Store for SqliteStore {
                 .optional()?;
             let Some(row) = row else { return Ok(None) };
             let mut stmt = conn.prepare_cached(
-                "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note
+                "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+                        request_headers, response_headers, response_body
                  FROM attempts WHERE delivery_id = ?1 ORDER BY id",
             )?;
             let attempts = stmt
@@ -769,6 +775,12 @@ impl Store for SqliteStore {
                                     rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, e.into())
                                 })?,
                             error: r.get(6)?,
+                            exchange: ExchangeColumns {
+                                request_headers: r.get(8)?,
+                                response_headers: r.get(9)?,
+                                response_body: r.get(10)?,
+                            }
+                            .into_exchange(),
                         },
                         plugin_note: r.get(7)?,
                     })

@@ -210,11 +210,14 @@ async fn an_attempt_cut_off_by_the_grace_period_is_retried_after_restart() {
 
 /// Every form a secret could leak in: as configured, the key bytes a `whsec_` secret stands
 /// for, and those in base64 and hex (upper and lower case).
-fn leak_forms(secret: &str) -> Vec<String> {
+pub(crate) fn leak_forms(secret: &str) -> Vec<String> {
     use base64::Engine as _;
     use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
     let mut raws = vec![secret.as_bytes().to_vec()];
-    if let Some(body) = secret.strip_prefix("whsec_") {
+    if let Some(body) = secret
+        .strip_prefix("whsec_")
+        .or_else(|| secret.strip_prefix("whsk_"))
+    {
         raws.push(body.as_bytes().to_vec());
         raws.push(STANDARD.decode(body).unwrap());
     }

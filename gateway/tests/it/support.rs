@@ -39,11 +39,13 @@ impl Received {
     }
 }
 
-/// What the sink answers: a status, extra headers, and an optional delay (for timeouts).
+/// What the sink answers: a status, extra headers, a body, and an optional delay (for
+/// timeouts).
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
+    pub body: String,
     pub delay: Option<Duration>,
 }
 
@@ -52,8 +54,14 @@ impl Reply {
         Reply {
             status,
             headers: Vec::new(),
+            body: String::new(),
             delay: None,
         }
+    }
+
+    pub fn with_body(mut self, body: &str) -> Self {
+        self.body = body.to_owned();
+        self
     }
 
     pub fn with_header(mut self, name: &str, value: &str) -> Self {
@@ -130,7 +138,7 @@ async fn sink_handler(
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    let mut response = StatusCode::from_u16(reply.status).unwrap().into_response();
+    let mut response = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
     for (k, v) in reply.headers {
         response.headers_mut().insert(
             axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),

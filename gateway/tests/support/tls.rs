@@ -1,5 +1,6 @@
 //! TLS fixtures shared by the delivery unit tests and the integration tests: a private CA
-//! with a certificate for `localhost`, and an HTTPS server on 127.0.0.1 that presents it.
+//! with a certificate for `localhost` and a client certificate, and HTTPS servers on
+//! 127.0.0.1 that present it (one of them requiring a client certificate of the CA).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -16,12 +17,14 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 
-/// A private CA and a certificate for `localhost` it signed.
+/// A private CA, a certificate for `localhost` it signed, and a client certificate it signed.
 pub struct TestPki {
     pub ca: CertificateDer<'static>,
     pub ca_pem: String,
     pub server_cert: CertificateDer<'static>,
     pub server_key: Vec<u8>,
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
 }
 
 pub fn test_pki() -> TestPki {
@@ -40,23 +43,52 @@ pub fn test_pki() -> TestPki {
         .unwrap()
         .signed_by(&server_key, &*ca)
         .unwrap();
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "hookgate test client");
+    client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let client_cert = client_params.signed_by(&client_key, &*ca).unwrap();
     TestPki {
         ca: ca.der().clone(),
         ca_pem: ca.pem(),
         server_cert: server_cert.der().clone(),
         server_key: server_key.serialize_der(),
+        client_cert_pem: client_cert.pem(),
+        client_key_pem: client_key.serialize_pem(),
     }
 }
 
 /// An HTTPS server on 127.0.0.1 presenting `pki`'s `localhost` certificate; it answers 200
 /// and counts the requests that got through the handshake. Returns its port and the count.
 pub async fn tls_server(pki: &TestPki) -> (u16, Arc<AtomicUsize>) {
+    serve(pki, rustls::server::WebPkiClientVerifier::no_client_auth()).await
+}
+
+/// Like [`tls_server`], refusing any client without a certificate signed by `pki`'s CA.
+pub async fn mtls_server(pki: &TestPki) -> (u16, Arc<AtomicUsize>) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pki.ca.clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .unwrap();
+    serve(pki, verifier).await
+}
+
+async fn serve(
+    pki: &TestPki,
+    client_verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+) -> (u16, Arc<AtomicUsize>) {
     let key = PrivateKeyDer::Pkcs8(pki.server_key.clone().into());
     let config =
         rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
-            .with_no_client_auth()
+            .with_client_cert_verifier(client_verifier)
             .with_single_cert(vec![pki.server_cert.clone()], key)
             .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));

@@ -424,11 +424,19 @@ async fn write_attempts<C: GenericClient>(c: &C, writes: &[&AttemptWrite]) -> St
         return Ok(());
     }
     let col = |f: &dyn Fn(&AttemptWrite) -> i64| writes.iter().map(|w| f(w)).collect::<Vec<i64>>();
+    let exchanges: Vec<ExchangeColumns> = writes
+        .iter()
+        .map(|w| ExchangeColumns::of(&w.attempt.exchange))
+        .collect();
+    let text = |f: &dyn Fn(&ExchangeColumns) -> Option<String>| {
+        exchanges.iter().map(f).collect::<Vec<Option<String>>>()
+    };
     execute(
         c,
-        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note)
+        "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+             request_headers, response_headers, response_body)
          SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
-                              $6::bigint[], $7::text[], $8::text[], $9::text[])",
+                              $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])",
         &[
             &col(&|w| w.delivery.0),
             &col(&|w| i64::from(w.round)),
@@ -439,6 +447,9 @@ async fn write_attempts<C: GenericClient>(c: &C, writes: &[&AttemptWrite]) -> St
             &writes.iter().map(|w| w.attempt.error_kind.map(|k| k.as_str())).collect::<Vec<_>>(),
             &writes.iter().map(|w| w.attempt.error.clone()).collect::<Vec<_>>(),
             &writes.iter().map(|w| w.plugin_note.clone()).collect::<Vec<_>>(),
+            &text(&|e| e.request_headers.clone()),
+            &text(&|e| e.response_headers.clone()),
+            &text(&|e| e.response_body.clone()),
         ],
     )
     .await?;
@@ -809,7 +820,8 @@ impl Store for PgStore {
         let Some(row) = row else { return Ok(None) };
         let attempts = query(
             &conn,
-            "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note
+            "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+                    request_headers, response_headers, response_body
              FROM attempts WHERE delivery_id = $1 ORDER BY id",
             &[&id.0],
         )
@@ -831,6 +843,12 @@ impl Store for PgStore {
                         status_code: r.get::<_, Option<i64>>(4).and_then(|c| u16::try_from(c).ok()),
                         error_kind,
                         error: r.get(6),
+                        exchange: ExchangeColumns {
+                            request_headers: r.get(8),
+                            response_headers: r.get(9),
+                            response_body: r.get(10),
+                        }
+                        .into_exchange(),
                     },
                     plugin_note: r.get(7),
                 })

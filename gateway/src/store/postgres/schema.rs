@@ -91,6 +91,13 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX idempotency_by_time ON idempotency (created_at);
     "#,
+    // 2: what each attempt sent and got back (headers masked, the response body's first 4 KiB).
+    r#"
+    ALTER TABLE attempts ADD COLUMN request_headers TEXT;
+    ALTER TABLE attempts ADD COLUMN response_headers TEXT;
+    ALTER TABLE attempts ADD COLUMN response_body TEXT;
+    "#,
+    // 3: the nodes of a cluster and who delivers each endpoint.
     r#"
     CREATE TABLE nodes (
         id            TEXT   PRIMARY KEY,
@@ -107,6 +114,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX endpoint_leases_by_node ON endpoint_leases (node);
     "#,
 ];
+
+/// The schema version this gateway writes.
+#[cfg(test)]
+pub(super) fn current_version() -> u32 {
+    MIGRATIONS.len() as u32
+}
 
 /// Brings the schema up to this gateway's version; returns it.
 pub(super) async fn migrate(client: &mut Client) -> StoreResult<u32> {
