@@ -184,6 +184,10 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
         ),
         ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
         ("storage.url", keep(&mut new.storage.url, &old.storage.url)),
+        (
+            "storage.max_connections",
+            keep(&mut new.storage.max_connections, &old.storage.max_connections),
+        ),
         ("cluster.lease", keep(&mut new.cluster.lease, &old.cluster.lease)),
         (
             "cluster.node_id",

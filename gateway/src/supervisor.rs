@@ -218,7 +218,7 @@ async fn open_store(
     node_id: &str,
 ) -> anyhow::Result<Arc<dyn Store>> {
     if let Some(url) = &config.storage.url {
-        let store = PgStore::open(url.expose(), metrics, node_id)
+        let store = PgStore::open_with(url.expose(), metrics, node_id, config.storage.max_connections)
             .await
             .context("opening the PostgreSQL database of storage.url")?;
         return Ok(Arc::new(store));

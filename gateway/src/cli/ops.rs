@@ -16,7 +16,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::api::views::{
-    DeliveryList, DeliveryView, EndpointList, EndpointView, Reenabled, ReplayOutcome, Summary,
+    ClusterNodesView, DeliveryList, DeliveryView, EndpointList, EndpointView, Reenabled, ReplayOutcome,
+    Summary,
 };
 
 #[derive(Debug, Args)]
@@ -36,6 +37,11 @@ pub(super) struct Target {
 
 #[derive(Debug, Subcommand)]
 pub(super) enum OpsCommand {
+    /// The nodes sharing the gateway's database, and the endpoint leases each holds.
+    Cluster {
+        #[command(flatten)]
+        target: Target,
+    },
     /// List endpoints with their health.
     Endpoints {
         #[command(flatten)]
@@ -256,6 +262,10 @@ pub(super) fn run(command: OpsCommand) -> ExitCode {
 
 async fn execute(command: OpsCommand) -> Result<(), String> {
     match command {
+        OpsCommand::Cluster { target } => {
+            let view: ClusterNodesView = ApiClient::new(&target)?.get("/v1/cluster").await?;
+            print_nodes(&view);
+        }
         OpsCommand::Endpoints { target } => {
             let list: EndpointList = ApiClient::new(&target)?.get("/v1/endpoints").await?;
             print_endpoints(&list);
@@ -371,6 +381,23 @@ async fn replay(
         wait_for(api, name, &r).await?;
     }
     Ok(())
+}
+
+fn print_nodes(view: &ClusterNodesView) {
+    let rows = view
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.id.clone(),
+                n.address.clone(),
+                n.started_at.to_string(),
+                n.last_seen_at.to_string(),
+                n.leases.to_string(),
+            ]
+        })
+        .collect();
+    table(&["NODE", "ADDRESS", "STARTED", "LAST SEEN", "LEASES"], rows);
 }
 
 fn print_endpoints(list: &EndpointList) {

@@ -134,8 +134,16 @@ impl Validator<'_> {
                 "applies to the embedded SQLite file only; give PostgreSQL its own quota".into(),
             );
         }
+        let max_connections = raw.max_connections.unwrap_or(defaults::PG_MAX_CONNECTIONS);
+        if !(1..=1000).contains(&max_connections) {
+            self.problem(
+                "storage.max_connections",
+                format!("{max_connections} is not between 1 and 1000"),
+            );
+        }
         StorageConfig {
             url,
+            max_connections,
             path: PathBuf::from(raw.path.as_deref().unwrap_or(defaults::DB_PATH)),
             max_size_bytes: raw.max_size.as_deref().and_then(|text| {
                 let bytes = self.parse("storage.max_size", text, parse_size)?;

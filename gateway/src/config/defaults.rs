@@ -26,6 +26,9 @@ pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_IN_FLIGHT: u32 = 512;
 pub const MAX_IN_FLIGHT_PER_ENDPOINT: u32 = 16;
 
+/// PostgreSQL connections a node opens at most for its work.
+pub const PG_MAX_CONNECTIONS: usize = 16;
+
 /// How long a node's claim on an endpoint lasts without renewal (PostgreSQL clusters).
 pub const CLUSTER_LEASE: Duration = Duration::from_secs(15);
 

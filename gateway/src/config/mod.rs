@@ -157,6 +157,8 @@ pub struct StorageConfig {
     pub max_size_bytes: Option<u64>,
     /// The PostgreSQL database to use instead of `path`; a secret (it may hold a password).
     pub url: Option<Secret>,
+    /// The PostgreSQL connection pool's size.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -76,6 +76,9 @@ pub struct RawStorage {
     /// A PostgreSQL database instead of the SQLite file, e.g.
     /// `postgres://hookgate:${PGPASSWORD}@db.internal/hookgate`. Read at start only.
     pub url: Option<String>,
+    /// PostgreSQL: the most connections this node opens for its work (one more listens for
+    /// the other nodes). Default 16. Read at start only.
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -110,7 +110,7 @@ impl Cluster {
             std::fs::write(
                 &config,
                 format!(
-                    "server:\n  listen: {ip}:{port}\nstorage:\n  url: \"{url}\"\ncluster:\n  lease: {}ms\n  node_id: node-{i}\n\
+                    "server:\n  listen: {ip}:{port}\nstorage:\n  url: \"{url}\"\n  max_connections: 8\ncluster:\n  lease: {}ms\n  node_id: node-{i}\n\
                      plugins:\n  dir: {d}/plugins\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n\
                      {extra}topics:\n  t: {{}}\nendpoints:\n{endpoints}",
                     LEASE.as_millis(),

@@ -56,6 +56,15 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
             .collect::<Vec<_>>()
     };
 
+    let (ok, out, err) = run(with(&["cluster"])).await;
+    assert!(ok, "{err}");
+    let nodes: Vec<&str> = out.lines().collect();
+    assert!(
+        nodes[0].starts_with("NODE") && nodes.len() == 2,
+        "one node on SQLite: {out}"
+    );
+    assert!(nodes[1].ends_with(" 1"), "it holds the one endpoint: {out}");
+
     let (ok, out, err) = run(with(&["endpoints"])).await;
     assert!(ok, "{err}");
     assert!(out.lines().next().unwrap().starts_with("NAME"), "{out}");

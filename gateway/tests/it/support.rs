@@ -233,7 +233,10 @@ pub const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 /// The YAML every test config starts with: loopback allowed, storage in the temp dir.
 /// On PostgreSQL (see [`postgres_url_for`]) `storage.url` names the test's own schema.
 pub fn base_yaml(dir: &std::path::Path) -> String {
-    let url = postgres_url_for(dir).map_or(String::new(), |url| format!("  url: {url}\n"));
+    // A few connections each: the suite runs many gateways at once on one server.
+    let url = postgres_url_for(dir).map_or(String::new(), |url| {
+        format!("  url: {url}\n  max_connections: 3\n")
+    });
     format!(
         "storage:\n  path: {}/hookgate.db\n{url}plugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n",
         dir.display(),

@@ -37,7 +37,8 @@ use crate::telemetry::Metrics;
 
 /// How long a write waits for a pooled connection before it is refused.
 const POOL_WAIT: Duration = Duration::from_secs(5);
-const POOL_SIZE: usize = 16;
+/// Connections a store opens at most, unless told otherwise (`storage.max_connections`).
+const POOL_SIZE: usize = crate::config::defaults::PG_MAX_CONNECTIONS;
 
 pub struct PgStore {
     pool: Pool,
@@ -86,6 +87,17 @@ impl PgStore {
     /// Connects to `url` as node `node_id` and runs the migrations (once, under an advisory
     /// lock). The URL is a secret (it may hold a password): it is never logged.
     pub async fn open(url: &str, metrics: &Metrics, node_id: &str) -> StoreResult<PgStore> {
+        PgStore::open_with(url, metrics, node_id, POOL_SIZE).await
+    }
+
+    /// Like [`PgStore::open`], with at most `pool_size` pooled connections (one more listens
+    /// for the other nodes' notices).
+    pub async fn open_with(
+        url: &str,
+        metrics: &Metrics,
+        node_id: &str,
+        pool_size: usize,
+    ) -> StoreResult<PgStore> {
         let config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Internal(format!("storage.url is not a PostgreSQL URL: {e}")))?;
         let (mut client, connection) = config.connect(NoTls).await?;
@@ -102,7 +114,7 @@ impl PgStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
+            .max_size(pool_size.max(1))
             .wait_timeout(Some(POOL_WAIT))
             .create_timeout(Some(POOL_WAIT))
             .runtime(Runtime::Tokio1)
