@@ -338,12 +338,11 @@ impl ClusterTask {
 
     /// Acts on notices, taking every one already waiting in the same go.
     async fn take_notices(&mut self, first: ClusterNotice, notices: Option<&mut Notices>) {
-        let mut ids = Vec::new();
-        let mut own_ids = HashSet::new();
+        let (mut others, mut own) = (Vec::new(), Vec::new());
         let mut health = Vec::new();
         let mut sort = |notice| match notice {
-            ClusterNotice::Deliveries { ids: d, own: true } => own_ids.extend(d.iter().copied()),
-            ClusterNotice::Deliveries { ids: d, own: false } => ids.extend(d),
+            ClusterNotice::Deliveries { ids, own: false } => others.extend(ids),
+            ClusterNotice::Deliveries { ids, own: true } => own.extend(ids),
             ClusterNotice::Health(endpoint) => health.push(endpoint),
         };
         sort(first);
@@ -352,8 +351,7 @@ impl ClusterTask {
                 sort(more);
             }
         }
-        ids.extend(own_ids.iter().copied());
-        self.load_deliveries(ids, &own_ids).await;
+        self.load_deliveries(others, own).await;
         for endpoint in health {
             match self.store.health_of(&endpoint).await {
                 Ok(Some(h)) => self.scheduler.health_changed(endpoint, h),
@@ -363,19 +361,29 @@ impl ClusterTask {
         }
     }
 
-    /// Deliveries made pending: those of endpoints delivered here go to the scheduler, unless
-    /// a full read took them in a moment ago. Of this node's own, only those of ordered
-    /// endpoints: the scheduler takes ordered deliveries from notices alone, which arrive in
-    /// commit order from every node (see `Actor::takes_directly`).
-    async fn load_deliveries(&mut self, ids: Vec<DeliveryId>, own: &HashSet<DeliveryId>) {
+    /// Deliveries made pending, by notice: those of endpoints delivered here are read and go
+    /// to the scheduler, unless a full read took them in a moment ago. Of this node's own,
+    /// only those of ordered endpoints: the scheduler takes ordered deliveries from notices
+    /// alone, which arrive in commit order from every node (see `Actor::takes_directly`).
+    async fn load_deliveries(
+        &mut self,
+        others: Vec<(Arc<str>, DeliveryId)>,
+        own: Vec<(Arc<str>, DeliveryId)>,
+    ) {
         let config = self.config.load_full();
         let ordered = |e: &str| config.endpoints.get(e).is_some_and(|ep| ep.ordered);
-        let any_ordered = self.owned.iter().any(|e| ordered(e));
-        let ask: Vec<DeliveryId> = ids
-            .into_iter()
-            .filter(|id| any_ordered || !own.contains(id))
+        let noticed: Vec<DeliveryId> = own
+            .iter()
+            .filter(|(e, _)| self.owned.contains(e) && ordered(e))
+            .map(|(_, id)| *id)
             .collect();
-        if ask.is_empty() || self.owned.is_empty() {
+        let mut ask: Vec<DeliveryId> = others
+            .iter()
+            .filter(|(e, _)| self.owned.contains(e))
+            .map(|(_, id)| *id)
+            .collect();
+        ask.extend(&noticed);
+        if ask.is_empty() {
             return;
         }
         let pending = match self.store.pending_by_ids(&ask).await {
@@ -388,22 +396,14 @@ impl ClusterTask {
             }
         };
         self.recent.retain(|(at, _)| at.elapsed() < RECENT_LOAD);
-        let mine = |p: &PendingDelivery| self.owned.contains(&p.endpoint);
-        let noticed = pending
-            .iter()
-            .filter(|p| mine(p) && own.contains(&p.id) && ordered(&p.endpoint))
-            .map(|p| p.id)
-            .collect();
         let fresh: Vec<PendingDelivery> = pending
-            .iter()
-            .filter(|p| mine(p) && (!own.contains(&p.id) || ordered(&p.endpoint)))
+            .into_iter()
             .filter(|p| {
                 !self
                     .recent
                     .iter()
                     .any(|(_, read)| read.contains(&(p.id, p.round)))
             })
-            .cloned()
             .collect();
         self.scheduler.load(fresh, noticed);
     }

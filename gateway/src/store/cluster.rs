@@ -38,9 +38,13 @@ pub struct NodeRow {
 /// Something another node did that this one may have to act on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterNotice {
-    /// Deliveries made pending: new ones, or a new round of an old one. `own`: this node
-    /// made them (its scheduler has them already, except those of ordered endpoints).
-    Deliveries { ids: Vec<DeliveryId>, own: bool },
+    /// Deliveries made pending, with their endpoints: new ones, or a new round of an old one.
+    /// `own`: this node made them (its scheduler has them already, except those of ordered
+    /// endpoints).
+    Deliveries {
+        ids: Vec<(Arc<str>, DeliveryId)>,
+        own: bool,
+    },
     /// Another node changed an endpoint's health state.
     Health(Arc<str>),
 }

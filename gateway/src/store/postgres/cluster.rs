@@ -26,21 +26,32 @@ const FORGET_AFTER_MS: i64 = 3_600_000;
 const MAX_PAYLOAD: usize = 7_000;
 
 impl PgStore {
-    /// Tells the other nodes that these deliveries are pending (new, or a new round).
-    pub(super) async fn notify_deliveries<C: GenericClient>(
+    /// Tells the other nodes that these deliveries are pending (new, or a new round), with
+    /// their endpoints (`node|d|e0:1,2;e1:3`; endpoint names have no `:`, `;` or `,`), so that
+    /// a node reads back only those of the endpoints it delivers.
+    pub(super) async fn notify_deliveries<'a, C: GenericClient>(
         &self,
         c: &C,
-        ids: impl Iterator<Item = DeliveryId>,
+        deliveries: impl Iterator<Item = (&'a str, DeliveryId)>,
     ) -> StoreResult<()> {
         let prefix = format!("{}|d|", self.node_id);
         let mut payload = prefix.clone();
-        for id in ids {
+        let mut current: Option<&str> = None;
+        for (endpoint, id) in deliveries {
             if payload.len() > MAX_PAYLOAD {
                 self.notify(c, &payload).await?;
                 payload.clone_from(&prefix);
+                current = None;
             }
-            if payload.len() > prefix.len() {
+            if current == Some(endpoint) {
                 payload.push(',');
+            } else {
+                if current.is_some() {
+                    payload.push(';');
+                }
+                payload.push_str(endpoint);
+                payload.push(':');
+                current = Some(endpoint);
             }
             payload.push_str(&id.0.to_string());
         }
@@ -68,13 +79,19 @@ fn parse_notice(own_node: &str, payload: &str) -> Option<ClusterNotice> {
     let (node, kind, rest) = (parts.next()?, parts.next()?, parts.next()?);
     let own = node == own_node;
     match kind {
-        "d" => Some(ClusterNotice::Deliveries {
-            ids: rest
-                .split(',')
-                .filter_map(|id| id.parse().ok().map(DeliveryId))
-                .collect(),
-            own,
-        }),
+        "d" => {
+            let mut ids = Vec::new();
+            for group in rest.split(';') {
+                let Some((endpoint, list)) = group.split_once(':') else {
+                    continue;
+                };
+                let endpoint: Arc<str> = Arc::from(endpoint);
+                for id in list.split(',').filter_map(|id| id.parse().ok()) {
+                    ids.push((endpoint.clone(), DeliveryId(id)));
+                }
+            }
+            Some(ClusterNotice::Deliveries { ids, own })
+        }
         "h" if !own => Some(ClusterNotice::Health(Arc::from(rest))),
         _ => None,
     }
@@ -255,18 +272,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn notices_name_their_sender_and_a_node_ignores_its_own() {
+    fn notices_name_their_sender_and_a_node_ignores_its_own_health_notices() {
+        let e = |name: &str, id: i64| (Arc::from(name), DeliveryId(id));
         assert_eq!(
-            parse_notice("a", "a|d|1,2"),
+            parse_notice("a", "a|d|x:1,2"),
             Some(ClusterNotice::Deliveries {
-                ids: vec![DeliveryId(1), DeliveryId(2)],
+                ids: vec![e("x", 1), e("x", 2)],
                 own: true
             })
         );
         assert_eq!(
-            parse_notice("a", "b|d|1,2,x"),
+            parse_notice("a", "b|d|x:1,2,z;y.1:3;bad"),
             Some(ClusterNotice::Deliveries {
-                ids: vec![DeliveryId(1), DeliveryId(2)],
+                ids: vec![e("x", 1), e("x", 2), e("y.1", 3)],
                 own: false
             })
         );
@@ -276,8 +294,8 @@ mod tests {
             "a node ignores its own health notices"
         );
         assert_eq!(
-            parse_notice("a", "b|h|orders|eu"),
-            Some(ClusterNotice::Health(Arc::from("orders|eu")))
+            parse_notice("a", "b|h|orders-eu"),
+            Some(ClusterNotice::Health(Arc::from("orders-eu")))
         );
         assert_eq!(parse_notice("a", "b|z|1"), None);
         assert_eq!(parse_notice("a", "garbage"), None);

@@ -606,7 +606,8 @@ impl Store for PgStore {
         if let Some(record) = &batch.idempotency {
             insert_idempotency(&tx, record).await?;
         }
-        self.notify_deliveries(&tx, out.iter().map(|r| r.id)).await?;
+        self.notify_deliveries(&tx, out.iter().map(|r| (&*r.endpoint, r.id)))
+            .await?;
         self.commit(tx).await?;
         Ok(IngestOutcome::Committed(out))
     }
@@ -649,7 +650,9 @@ impl Store for PgStore {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let restarted = restart_round(&tx, id, now, replace_waiting).await?;
-        self.notify_deliveries(&tx, [id].into_iter()).await?;
+        let endpoint = restarted.ready.endpoint.clone();
+        self.notify_deliveries(&tx, [(&*endpoint, id)].into_iter())
+            .await?;
         self.commit(tx).await?;
         Ok(restarted)
     }
@@ -676,7 +679,8 @@ impl Store for PgStore {
                     .ready,
             );
         }
-        self.notify_deliveries(&tx, out.iter().map(|r| r.id)).await?;
+        self.notify_deliveries(&tx, out.iter().map(|r| (&*r.endpoint, r.id)))
+            .await?;
         self.commit(tx).await?;
         Ok(out)
     }
@@ -713,7 +717,8 @@ impl Store for PgStore {
             record.response = answer(&out);
             insert_idempotency(&tx, &record).await?;
         }
-        self.notify_deliveries(&tx, out.iter().map(|r| r.id)).await?;
+        self.notify_deliveries(&tx, out.iter().map(|r| (&*r.endpoint, r.id)))
+            .await?;
         self.commit(tx).await?;
         Ok(IngestOutcome::Committed(out))
     }

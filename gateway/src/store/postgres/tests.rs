@@ -118,7 +118,10 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
     let e: Vec<Arc<str>> = vec![Arc::from("e")];
-    let lease = Duration::from_millis(400);
+    // Long enough to outlast a busy machine between two statements; the lapse below uses a
+    // short one.
+    let lease = Duration::from_secs(10);
+    let short = Duration::from_millis(300);
     assert_eq!(a.hold_endpoints(&e, &[], lease).await.unwrap(), e);
     assert!(
         b.hold_endpoints(&e, &[], lease).await.unwrap().is_empty(),
@@ -135,11 +138,11 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     );
     a.hold_endpoints(&[], &e, lease).await.unwrap();
     assert_eq!(
-        b.hold_endpoints(&e, &[], lease).await.unwrap(),
+        b.hold_endpoints(&e, &[], short).await.unwrap(),
         e,
         "given back by a"
     );
-    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
     assert_eq!(
         a.hold_endpoints(&e, &[], lease).await.unwrap(),
         e,
@@ -163,7 +166,7 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     };
     let wait = Duration::from_secs(5);
     let notice = tokio::time::timeout(wait, at_b.next()).await.unwrap();
-    let ids = vec![ready[0].id];
+    let ids = vec![(ready[0].endpoint.clone(), ready[0].id)];
     assert_eq!(
         notice,
         Some(ClusterNotice::Deliveries {
