@@ -63,9 +63,10 @@ async fn endpoints_sharing_a_host_reuse_their_connections() {
         "the first wave used only {first} connections: the attempts did not overlap"
     );
     // A connection goes back to the pool a moment after its response is read, so an attempt
-    // starting right then may open one more. An idle cap of 64 reopens about 100 per wave, so a
-    // quarter of the first wave tells the two apart with room on both sides.
-    let allowed = (first / 4).max(PER_ENDPOINT);
+    // starting right then may open one more (28 of 111 seen on a loaded machine). An idle cap
+    // of 64 reopens all but 64 of them every wave (about 100 of 160), so a third of the first
+    // wave tells the two apart.
+    let allowed = (first / 3).max(PER_ENDPOINT);
     assert!(
         second - first <= allowed,
         "the second wave of {} deliveries opened {} new connections (allowed {allowed}) instead \
