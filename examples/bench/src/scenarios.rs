@@ -84,13 +84,25 @@ pub(crate) struct Site {
 
 impl Site {
     fn new(root: &Path, body: &str) -> anyhow::Result<Site> {
+        Site::with_storage(root, |d| format!("storage:\n  path: {d}/hookgate.db\n"), body)
+    }
+
+    /// A site whose config names its own storage (a PostgreSQL URL): no SQLite file.
+    pub(crate) fn without_sqlite(root: &Path, body: &str) -> anyhow::Result<Site> {
+        Site::with_storage(root, |_| String::new(), body)
+    }
+
+    /// A temp dir under `root` with a config: `head` (given the dir), the plugin folder and
+    /// its cache in the dir, loopback delivery, then `body`.
+    fn with_storage(root: &Path, head: impl Fn(&str) -> String, body: &str) -> anyhow::Result<Site> {
         std::fs::create_dir_all(root)?;
         let dir = tempfile::Builder::new()
             .prefix("hookgate-bench-")
             .tempdir_in(root)?;
-        let d = dir.path().display();
+        let d = dir.path().display().to_string();
         let yaml = format!(
-            "storage:\n  path: {d}/hookgate.db\nplugins:\n  dir: {d}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{body}"
+            "{}plugins:\n  dir: {d}/plugins\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{body}",
+            head(&d)
         );
         let config = dir.path().join("hookgate.yaml");
         std::fs::write(&config, yaml)?;
@@ -101,21 +113,6 @@ impl Site {
     /// still there to read when a run fails).
     async fn start(&self, log: &Path) -> anyhow::Result<GatewayProcess> {
         GatewayProcess::spawn(&self.config, log, READY_WITHIN).await
-    }
-
-    /// A site whose config names its own storage (a PostgreSQL URL): no SQLite file.
-    pub(crate) fn without_sqlite(root: &Path, body: &str) -> anyhow::Result<Site> {
-        std::fs::create_dir_all(root)?;
-        let dir = tempfile::Builder::new()
-            .prefix("hookgate-bench-")
-            .tempdir_in(root)?;
-        let d = dir.path().display();
-        let yaml = format!(
-            "plugins:\n  dir: {d}/plugins\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{body}"
-        );
-        let config = dir.path().join("hookgate.yaml");
-        std::fs::write(&config, yaml)?;
-        Ok(Site { dir, config })
     }
 
     fn database_bytes(&self) -> u64 {

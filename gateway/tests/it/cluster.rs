@@ -75,6 +75,34 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// Three nodes delivering to `endpoints` paths of `sink`, retrying every 500 ms for 30 s
+    /// (so that what a dead node left is soon due again), settled.
+    async fn patient(sink: &Sink, endpoints: usize) -> Option<Cluster> {
+        let policy = format!(
+            "policies:\n  patient:\n    schedule: [0s{}]\n    jitter: 0\n",
+            ", 500ms".repeat(60)
+        );
+        let yaml = endpoints_yaml(sink, endpoints, "    policy: patient\n");
+        let cluster = Cluster::start(&policy, &yaml, &[]).await?;
+        cluster.wait_settled(endpoints as u32).await;
+        Some(cluster)
+    }
+
+    /// Waits until `n` more events are acknowledged; fails with the nodes' warnings when
+    /// ingestion stalls.
+    async fn wait_acked(&self, acked: &Acked, n: usize) {
+        let before = acked.lock().unwrap().len();
+        let deadline = Instant::now() + WAIT;
+        while acked.lock().unwrap().len() < before + n {
+            assert!(
+                Instant::now() < deadline,
+                "ingestion stalled:\n{}",
+                self.problems()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// The warnings and errors in every node's log.
     fn problems(&self) -> String {
         let mut out = String::new();
@@ -307,36 +335,16 @@ fn endpoints_yaml(sink: &Sink, n: usize, extra: &str) -> String {
 async fn killing_nodes_under_load_loses_no_acknowledged_event() {
     let sink = Sink::start().await;
     let endpoints = 9;
-    let policy = format!(
-        "policies:\n  patient:\n    schedule: [0s{}]\n    jitter: 0\n",
-        ", 500ms".repeat(60)
-    );
-    let Some(mut cluster) = Cluster::start(
-        &policy,
-        &endpoints_yaml(&sink, endpoints, "    policy: patient\n"),
-        &[],
-    )
-    .await
-    else {
+    let Some(mut cluster) = Cluster::patient(&sink, endpoints).await else {
         return;
     };
-    cluster.wait_settled(endpoints as u32).await;
     let acked: Acked = Arc::default();
     let mut takeovers = Vec::new();
     for round in 0..3 {
         let victim = (round * 2 + 1) % 3;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let loaders = start_loaders(&cluster, &[0, 1, 2], &format!("r{round}"), &acked, &stop);
-        let before = acked.lock().unwrap().len();
-        let deadline = Instant::now() + WAIT;
-        while acked.lock().unwrap().len() < before + 300 {
-            assert!(
-                Instant::now() < deadline,
-                "ingestion stalled:\n{}",
-                cluster.problems()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        cluster.wait_acked(&acked, 300).await;
         cluster.nodes[victim].kill();
         let killed_at = Instant::now();
         let count_at_kill = sink.count();
@@ -519,47 +527,18 @@ async fn the_pause_timer_fires_once_in_a_cluster() {
 async fn nodes_reconnect_when_the_database_drops_their_connections() {
     let sink = Sink::start().await;
     let endpoints = 9;
-    let policy = format!(
-        "policies:\n  patient:\n    schedule: [0s{}]\n    jitter: 0\n",
-        ", 500ms".repeat(60)
-    );
-    let Some(cluster) = Cluster::start(
-        &policy,
-        &endpoints_yaml(&sink, endpoints, "    policy: patient\n"),
-        &[],
-    )
-    .await
-    else {
+    let Some(cluster) = Cluster::patient(&sink, endpoints).await else {
         return;
     };
-    cluster.wait_settled(endpoints as u32).await;
     let acked: Acked = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loaders = start_loaders(&cluster, &[0, 1, 2], "d", &acked, &stop);
     let mut terminated = 0;
     for _ in 0..2 {
-        let before = acked.lock().unwrap().len();
-        let deadline = Instant::now() + WAIT;
-        while acked.lock().unwrap().len() < before + 200 {
-            assert!(
-                Instant::now() < deadline,
-                "ingestion did not resume:\n{}",
-                cluster.problems()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        cluster.wait_acked(&acked, 200).await;
         terminated += cluster.terminate_connections().await;
     }
-    let before = acked.lock().unwrap().len();
-    let deadline = Instant::now() + WAIT;
-    while acked.lock().unwrap().len() < before + 200 {
-        assert!(
-            Instant::now() < deadline,
-            "ingestion did not resume:\n{}",
-            cluster.problems()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    cluster.wait_acked(&acked, 200).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for l in loaders {
         let _ = l.await;
