@@ -24,6 +24,7 @@ use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::endpoint_admin::EndpointAdmin;
 use crate::model::{DeliveryId, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery};
@@ -110,6 +111,8 @@ pub struct ClusterTask {
     renewed: Option<Instant>,
     /// Deliveries read in full lately, with when.
     recent: Vec<(Instant, HashSet<(DeliveryId, u32)>)>,
+    /// Refreshes the endpoints created through the API when another node changed them.
+    endpoints: EndpointAdmin,
 }
 
 impl ClusterTask {
@@ -120,6 +123,7 @@ impl ClusterTask {
         scheduler: SchedulerHandle,
         config: Arc<ArcSwap<Config>>,
         view: Arc<ArcSwap<Vec<NodeRow>>>,
+        endpoints: EndpointAdmin,
     ) -> ClusterTask {
         ClusterTask {
             store,
@@ -128,6 +132,7 @@ impl ClusterTask {
             scheduler,
             config,
             view,
+            endpoints,
             owned: HashSet::new(),
             draining: HashMap::new(),
             renewed: None,
@@ -188,6 +193,7 @@ impl ClusterTask {
         for endpoint in std::mem::take(&mut self.owned) {
             self.scheduler.disown(endpoint);
         }
+        self.refresh_endpoints().await;
         let endpoints: Vec<Arc<str>> = self.config.load().endpoints.keys().cloned().collect();
         for endpoint in endpoints {
             if let Ok(Some(health)) = self.store.health_of(&endpoint).await {
@@ -340,16 +346,21 @@ impl ClusterTask {
     async fn take_notices(&mut self, first: ClusterNotice, notices: Option<&mut Notices>) {
         let (mut others, mut own) = (Vec::new(), Vec::new());
         let mut health = Vec::new();
+        let mut endpoints_changed = false;
         let mut sort = |notice| match notice {
             ClusterNotice::Deliveries { ids, own: false } => others.extend(ids),
             ClusterNotice::Deliveries { ids, own: true } => own.extend(ids),
             ClusterNotice::Health(endpoint) => health.push(endpoint),
+            ClusterNotice::Endpoints => endpoints_changed = true,
         };
         sort(first);
         if let Some(notices) = notices {
             while let Some(more) = notices.try_next() {
                 sort(more);
             }
+        }
+        if endpoints_changed {
+            self.refresh_endpoints().await;
         }
         self.load_deliveries(others, own).await;
         for endpoint in health {
@@ -358,6 +369,14 @@ impl ClusterTask {
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot read an endpoint's health after a notice"),
             }
+        }
+    }
+
+    /// Runs the endpoints created through the API as the store now holds them. Their
+    /// deliveries wait in the store meanwhile: only endpoints this node knows are claimed.
+    async fn refresh_endpoints(&self) {
+        if let Err(e) = self.endpoints.refresh().await {
+            tracing::warn!(error = %e, "cannot read the endpoints created through the API; keeping those running");
         }
     }
 

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::health::EndpointHealth;
 use crate::model::{Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
-use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError};
+use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError, Target};
 use crate::telemetry::Metrics;
 
 /// An event as an app hands it in.
@@ -29,6 +29,8 @@ pub struct NewEvent {
     pub content_type: String,
     pub payload: Bytes,
     pub ordering_key: Option<String>,
+    /// The tenant whose endpoints (and the endpoints without a tenant) receive it.
+    pub tenant: Option<String>,
 }
 
 /// How a commit went.
@@ -73,7 +75,8 @@ pub fn new_event_id() -> String {
 
 impl Ingestor {
     /// Gives each event its id and receipt time and picks its endpoints: subscribed to the
-    /// topic, matching the type filter, and neither paused nor disabled.
+    /// topic, matching the type filter, of the event's tenant or of none, and neither paused
+    /// nor disabled.
     pub fn prepare(&self, events: Vec<NewEvent>) -> Prepared {
         let config = self.config.load();
         let now = self.clock.now();
@@ -81,9 +84,12 @@ impl Ingestor {
             .into_iter()
             .map(|e| {
                 let endpoints = config
-                    .subscribers(&e.topic, &e.event_type)
+                    .subscribers(&e.topic, &e.event_type, e.tenant.as_deref())
                     .filter(|ep| self.scheduler.receives_events(&ep.name))
-                    .map(|ep| ep.name.clone())
+                    .map(|ep| Target {
+                        endpoint: ep.name.clone(),
+                        tenant: ep.tenant.clone(),
+                    })
                     .collect();
                 IngestItem {
                     event: Arc::new(Event {
@@ -94,6 +100,7 @@ impl Ingestor {
                         payload: e.payload,
                         ordering_key: e.ordering_key,
                         received_at: now,
+                        tenant: e.tenant,
                     }),
                     endpoints,
                 }
@@ -168,6 +175,7 @@ impl Ingestor {
             content_type: "application/json".into(),
             payload: Bytes::from(body.to_string()),
             ordering_key: Some(endpoint.to_owned()),
+            tenant: None,
         }]);
         let write = self.clone().write(prepared, None);
         self.committer

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod commit;
 pub mod config;
 pub mod delivery;
+pub mod endpoint_admin;
 pub mod health;
 pub mod ingest;
 pub mod model;

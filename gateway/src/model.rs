@@ -113,6 +113,9 @@ pub struct Event {
     pub payload: Bytes,
     pub ordering_key: Option<String>,
     pub received_at: Timestamp,
+    /// The tenant the event belongs to: it reaches only that tenant's endpoints (and the
+    /// endpoints without a tenant). None: no tenant's endpoint receives it.
+    pub tenant: Option<String>,
 }
 
 /// A delivery's id: a number inside the store, `dlv_<n>` outside.

@@ -20,6 +20,7 @@ use crate::model::{DeliveryId, EndpointState, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{
     AnswerFn, DeliveryRow, IdempotencyRecord, IngestOutcome, ReadyDelivery, ReplayWindow, Store, StoreError,
+    Target,
 };
 
 /// How far back a replay may reach.
@@ -237,7 +238,9 @@ impl Recovery {
     ) -> Result<Replay, RecoveryError> {
         let matcher = {
             let ep = endpoint.clone();
-            Arc::new(move |e: &Event| ep.matches_type(&e.event_type))
+            Arc::new(move |e: &Event| {
+                ep.matches_type(&e.event_type) && ep.accepts_tenant(e.tenant.as_deref())
+            })
         };
         let window = |since: Timestamp, until: Timestamp| ReplayWindow {
             topics: endpoint.topics.clone(),
@@ -261,11 +264,15 @@ impl Recovery {
             let make: AnswerFn = Box::new(move |ready: &[ReadyDelivery]| answer(&summary(ready)));
             (record, make)
         });
-        let (store, name, now) = (self.store.clone(), endpoint.name.clone(), self.clock.now());
+        let target = Target {
+            endpoint: endpoint.name.clone(),
+            tenant: endpoint.tenant.clone(),
+        };
+        let (store, now) = (self.store.clone(), self.clock.now());
         let replay = self
             .committer
             .commit(async move {
-                match store.create_deliveries(&name, events, idempotency, now).await? {
+                match store.create_deliveries(target, events, idempotency, now).await? {
                     IngestOutcome::Committed(ready) => {
                         Ok((Replay::Fresh(summary(&ready)), ToSchedule::Ready(ready)))
                     }

@@ -10,11 +10,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::{ReloadStatus, RuntimeStatus};
 use crate::clock::Clock;
-use crate::config::{self, Config};
+use crate::config::{self, Config, ConfigError};
 use crate::delivery::Sender;
 use crate::plugins::{PluginHost, World};
 use crate::scheduler::SchedulerHandle;
-use crate::store::Store;
+use crate::store::{ApiEndpointRow, Store};
 use crate::telemetry::Metrics;
 
 /// Applies config reloads (from the file watcher, SIGHUP or a test) and records how they went.
@@ -30,6 +30,9 @@ pub struct Reloader {
     pub(crate) metrics: Metrics,
     /// Owns the store jobs a reload starts; shutdown waits for them before closing the store.
     pub(crate) tasks: TaskTracker,
+    /// One change of the running config at a time: a file reload and a change of the
+    /// endpoints created through the API each start from what the other left.
+    pub(crate) changing: Arc<Mutex<()>>,
 }
 
 /// How one reload went. Every reload ends in exactly one of these, and [`Reloader::record`] is
@@ -70,8 +73,20 @@ impl Reloader {
     /// Applies a validated config. Endpoints and policies added, changed or removed take effect
     /// at the next planning step of each delivery; the settings read only at start keep their
     /// running value (see [`keep_restart_only_settings`]).
-    pub fn apply(&self, mut new: Config) -> ReloadOutcome {
+    pub fn apply(&self, new: Config) -> ReloadOutcome {
+        let _one_at_a_time = self.changing.lock().expect("config change lock");
         let old = self.config.load_full();
+        // The endpoints created through the API stay, checked against the new file.
+        let mut new = match new.with_api_endpoints(old.api_endpoints.clone()) {
+            Ok(new) => new,
+            Err(e) => {
+                let outcome = ReloadOutcome::Refused {
+                    problems: e.problems.iter().map(ToString::to_string).collect(),
+                };
+                self.record(&outcome);
+                return outcome;
+            }
+        };
         let needs_restart = keep_restart_only_settings(&mut new, &old);
         if new.storage.max_size_bytes != old.storage.max_size_bytes {
             // Through the writer, between two commits: raising the cap is how a full store
@@ -97,6 +112,29 @@ impl Reloader {
         self.record(&outcome);
         self.review_bindings(Announce::All);
         outcome
+    }
+
+    /// Runs the endpoints created through the API as the store holds them (`rows`), in place
+    /// of those running; the rest of the config stays. Refused, with the running config kept,
+    /// when they do not fit it.
+    pub(crate) fn apply_api_endpoints(&self, rows: Vec<ApiEndpointRow>) -> Result<(), ConfigError> {
+        let _one_at_a_time = self.changing.lock().expect("config change lock");
+        let old = self.config.load_full();
+        if *old.api_endpoints == *rows {
+            return Ok(());
+        }
+        let new = Config::clone(&old).with_api_endpoints(Arc::from(rows))?;
+        let (added, removed, changed) = endpoint_changes(&old, &new);
+        self.config.store(Arc::new(new));
+        self.scheduler.reconfigured();
+        tracing::info!(
+            added,
+            removed,
+            changed,
+            "endpoints created through the API changed"
+        );
+        self.review_bindings(Announce::Changes);
+        Ok(())
     }
 
     /// Tells the operator how a reload went.

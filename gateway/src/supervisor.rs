@@ -25,6 +25,7 @@ use crate::cluster::{ClusterTask, ClusterView};
 use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
+use crate::endpoint_admin::EndpointAdmin;
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
 use crate::model::Timestamp;
@@ -89,6 +90,14 @@ impl Gateway {
             .clone()
             .unwrap_or_else(crate::cluster::generated_node_id);
         let store = open_store(&config, store_options, &metrics, &node_id).await?;
+        // Before the queue is rebuilt: the deliveries of these endpoints are not orphans.
+        let api_endpoints = store
+            .api_endpoints()
+            .await
+            .context("reading the endpoints created through the API")?;
+        let config = config
+            .with_api_endpoints(Arc::from(api_endpoints))
+            .context("the endpoints created through the API do not fit the config file")?;
         let cluster_store = store.clone().cluster();
         let sender = build_sender(&config)?;
         let plugins = start_plugins(&config, &metrics).await?;
@@ -130,6 +139,12 @@ impl Gateway {
             store: store.clone(),
             metrics,
             tasks: ingest_tasks.clone(),
+            changing: Arc::default(),
+        };
+        let endpoint_admin = EndpointAdmin {
+            store: store.clone(),
+            reloader: reloader.clone(),
+            clock: reloader.clock.clone(),
         };
         let mut tasks = JoinSet::new();
         let view = match cluster_store {
@@ -142,6 +157,7 @@ impl Gateway {
                     reloader.scheduler.clone(),
                     reloader.config.clone(),
                     nodes.clone(),
+                    endpoint_admin.clone(),
                 );
                 let notices = task.start().await;
                 tasks.spawn(task.run(notices, shutdown.child_token()));
@@ -149,7 +165,7 @@ impl Gateway {
             }
             None => ClusterView::Solo(node),
         };
-        let router = api_router(&reloader, &mut scheduler, &ingest_tasks, view);
+        let router = api_router(&reloader, &mut scheduler, &ingest_tasks, view, endpoint_admin);
         tasks.spawn(scheduler.run(shutdown.child_token(), grace));
         tasks.spawn(server::serve(
             listener,
@@ -285,6 +301,7 @@ fn api_router(
     scheduler_actor: &mut Scheduler,
     ingest_tasks: &TaskTracker,
     cluster: ClusterView,
+    endpoint_admin: EndpointAdmin,
 ) -> axum::Router {
     let Reloader {
         config,
@@ -337,6 +354,7 @@ fn api_router(
         metrics,
         status,
         cluster,
+        endpoint_admin,
     });
     api::router(state).0
 }

@@ -183,7 +183,7 @@ use hookgate::model::{Attempt, DeliveryStatus, Event, Exchange, Timestamp};
 use hookgate::store::IngestOutcome::Committed;
 use hookgate::store::{
     AttemptWrite, DeliveryFilter, HealthChange, IdempotencyRecord, IngestBatch, IngestItem, PgStore,
-    SqliteOptions, SqliteStore, StateChange, Store,
+    SqliteOptions, SqliteStore, StateChange, Store, Target,
 };
 use hookgate::telemetry::Metrics;
 
@@ -200,8 +200,9 @@ fn batch(n: i64, idempotency: Option<IdempotencyRecord>) -> IngestBatch {
                 payload: Bytes::from(format!("{{\"n\":{n}}}")),
                 ordering_key: (n % 3 == 0).then(|| format!("k{}", n % 7)),
                 received_at: Timestamp::from_millis(T0 + n),
+                tenant: None,
             }),
-            endpoints: vec![Arc::from("a"), Arc::from("b")],
+            endpoints: vec![Target::untenanted("a"), Target::untenanted("b")],
         }],
         idempotency,
         now: Timestamp::from_millis(T0 + n),

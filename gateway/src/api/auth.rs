@@ -1,10 +1,14 @@
-//! Bearer API keys and per-key rate limits.
+//! Bearer API keys, console tokens and per-key rate limits.
 //!
 //! With `server.api_keys` empty (allowed only on a loopback listener) every caller is
 //! `anonymous`. Otherwise a request without `Authorization` gets 401 and one with a wrong key 403.
 //! `/healthz`, `/metrics` and `/openapi.json` stay open so probes and scrapers need no key.
 //! A caller's scope — what idempotency keys and rate limits are counted per — is a short hash of
 //! its key, never the key.
+//!
+//! A tenant's key, or a console token, makes a tenant caller: it may call only the routes of
+//! [`tenant_may_call`] (everything else is 403 `admin_only`), and the handlers show it only
+//! its tenant's endpoints, deliveries and events (anything else is 404, as if it did not exist).
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -18,15 +22,45 @@ use sha2::{Digest, Sha256};
 use utoipa::Modify;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
+use super::tokens::{CONSOLE_TOKEN_PREFIX, TokenError, TokenKeys};
 use super::{ApiError, AppState};
 
-/// Who is calling, as far as idempotency and rate limits are concerned.
+/// Who is calling: what idempotency keys and rate limits are counted per, and the tenant it
+/// is limited to (None: an admin).
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
     pub(crate) scope: String,
+    pub(crate) tenant: Option<String>,
+}
+
+impl Caller {
+    /// Whether this caller may see something of `tenant` (None: of no tenant).
+    pub(crate) fn sees(&self, tenant: Option<&str>) -> bool {
+        self.tenant.is_none() || self.tenant.as_deref() == tenant
+    }
+
+    /// The tenant a list shows: a tenant caller's own, or what an admin asked for.
+    pub(crate) fn tenant_filter(&self, asked: Option<String>) -> Option<String> {
+        self.tenant.clone().or(asked)
+    }
 }
 
 const OPEN_PATHS: &[&str] = &["/healthz", "/metrics", "/openapi.json"];
+
+/// The routes a tenant caller may call; every other route is an admin's. New routes are
+/// admin-only until listed here (and scoped in their handler).
+pub(crate) fn tenant_may_call(method: &axum::http::Method, path: &str) -> bool {
+    use axum::http::Method;
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["v1", "topics", _, "events"] | ["v1", "topics", _, "events", "batch"] => method == Method::POST,
+        ["v1", "topics"] | ["v1", "policies"] | ["v1", "policies", _, "preview"] | ["v1", "events", _] => {
+            method == Method::GET
+        }
+        ["v1", "deliveries", ..] | ["v1", "endpoints", ..] => true,
+        _ => false,
+    }
+}
 
 pub(super) async fn authenticate(
     State(state): State<AppState>,
@@ -34,19 +68,23 @@ pub(super) async fn authenticate(
     next: Next,
 ) -> Response {
     let config = state.config.load();
-    if config.server.api_keys.is_empty() || OPEN_PATHS.contains(&request.uri().path()) {
-        request.extensions_mut().insert(Caller {
-            scope: "anonymous".into(),
-        });
-        return next.run(request).await;
-    }
-    let Some(presented) = request
+    let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim)
-    else {
+        .map(str::trim);
+    if OPEN_PATHS.contains(&request.uri().path())
+        || (config.server.api_keys.is_empty()
+            && !presented.is_some_and(|p| p.starts_with(CONSOLE_TOKEN_PREFIX)))
+    {
+        request.extensions_mut().insert(Caller {
+            scope: "anonymous".into(),
+            tenant: None,
+        });
+        return next.run(request).await;
+    }
+    let Some(presented) = presented else {
         let mut response = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -58,23 +96,69 @@ pub(super) async fn authenticate(
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     };
+    let caller = match identify(&state, &config.server, presented) {
+        Ok(caller) => caller,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if caller.tenant.is_some() && !tenant_may_call(request.method(), request.uri().path()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_only",
+            "this route needs an admin API key; a tenant's key or console token cannot call it",
+        )
+        .into_response();
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// The caller a presented key or console token stands for.
+fn identify(
+    state: &AppState,
+    server: &crate::config::ServerConfig,
+    presented: &str,
+) -> Result<Caller, ApiError> {
     let presented_hash = Sha256::digest(presented.as_bytes());
+    let scope = hex::encode(&presented_hash[..8]);
+    if presented.starts_with(CONSOLE_TOKEN_PREFIX) {
+        let keys = TokenKeys::of(server, &state.console_fallback_key);
+        return match keys.verify(presented, state.clock.now()) {
+            Ok(claims) => Ok(Caller {
+                scope,
+                tenant: Some(claims.tenant),
+            }),
+            Err(TokenError::Expired) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "token_expired",
+                "the console token has expired; ask for a new link",
+            )),
+            Err(TokenError::Invalid) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the console token is not valid",
+            )),
+        };
+    }
     // Compare hashes in constant time, so the answer's timing says nothing about the keys.
-    let known = config.server.api_keys.iter().any(|key| {
-        let key_hash = Sha256::digest(key.expose().as_bytes());
+    let known = server.api_keys.iter().find(|key| {
+        let key_hash = Sha256::digest(key.key.expose().as_bytes());
         key_hash
             .iter()
             .zip(presented_hash.iter())
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0
     });
-    if !known {
-        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the API key is not valid").into_response();
+    match known {
+        Some(key) => Ok(Caller {
+            scope,
+            tenant: key.tenant.clone(),
+        }),
+        None => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "the API key is not valid",
+        )),
     }
-    request.extensions_mut().insert(Caller {
-        scope: hex::encode(&presented_hash[..8]),
-    });
-    next.run(request).await
 }
 
 /// Per-API-key ingestion rate limits (`server.rate_limit_per_key`), rebuilt when the limit in

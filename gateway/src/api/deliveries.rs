@@ -1,13 +1,14 @@
 //! The delivery log: list, one delivery with its attempts, redeliver.
 
-use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::auth::Caller;
 use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView, Summary};
 use super::{ApiError, AppState};
 use crate::model::{DeliveryId, DeliveryStatus};
@@ -32,6 +33,9 @@ pub(crate) struct ListQuery {
     status: Option<String>,
     /// Only deliveries of this event id.
     event_id: Option<String>,
+    /// Only deliveries to this tenant's endpoints (admin keys; a tenant's key always sees only
+    /// its own).
+    tenant: Option<String>,
     /// Page size, 1-1000 (default 50).
     limit: Option<u32>,
     /// `next_cursor` of the previous page.
@@ -56,6 +60,7 @@ pub(super) fn parse_delivery_id(text: &str) -> Result<DeliveryId, ApiError> {
 )]
 async fn list_deliveries(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<DeliveryList>, ApiError> {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
@@ -93,6 +98,7 @@ async fn list_deliveries(
             endpoint: q.endpoint,
             status,
             event_id: q.event_id,
+            tenant: caller.tenant_filter(q.tenant),
             before,
             limit,
         })
@@ -135,8 +141,22 @@ pub(crate) struct SummaryQuery {
 )]
 async fn summary(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(q): Query<SummaryQuery>,
 ) -> Result<Json<Summary>, ApiError> {
+    if caller.tenant.is_some() {
+        let config = state.config.load();
+        let theirs = config
+            .endpoints
+            .get(q.endpoint.as_str())
+            .is_some_and(|ep| caller.sees(ep.tenant.as_deref()));
+        if !theirs {
+            return Err(ApiError::not_found(
+                "endpoint_not_found",
+                format!("no endpoint `{}`", q.endpoint),
+            ));
+        }
+    }
     let from = parse_delivery_id(&q.from)?;
     let to = parse_delivery_id(&q.to)?;
     let mut out = Summary::default();
@@ -164,6 +184,7 @@ async fn summary(
 )]
 async fn get_delivery(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<DeliveryDetailView>, ApiError> {
     let id = parse_delivery_id(&id)?;
@@ -171,6 +192,7 @@ async fn get_delivery(
         .store
         .delivery(id)
         .await?
+        .filter(|(row, _)| caller.sees(row.tenant.as_deref()))
         .ok_or_else(|| ApiError::not_found("delivery_not_found", format!("no delivery `{id}`")))?;
     let in_flight = state.scheduler.is_in_flight(id);
     Ok(Json(DeliveryDetailView {
@@ -198,9 +220,23 @@ async fn get_delivery(
 )]
 async fn redeliver(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<DeliveryView>), ApiError> {
     let id = parse_delivery_id(&id)?;
+    if caller.tenant.is_some() {
+        let theirs = state
+            .store
+            .delivery(id)
+            .await?
+            .is_some_and(|(row, _)| caller.sees(row.tenant.as_deref()));
+        if !theirs {
+            return Err(ApiError::not_found(
+                "delivery_not_found",
+                format!("no delivery `{id}`"),
+            ));
+        }
+    }
     let row = state.recovery.redeliver(id).await?;
     Ok((StatusCode::ACCEPTED, Json(DeliveryView::new(row, false))))
 }

@@ -11,20 +11,28 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::extract::Query;
+use utoipa::IntoParams;
+
 use super::auth::Caller;
 use super::events::read_body;
 use super::idempotency::{self, Begin};
-use super::views::{EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome};
+use super::views::{EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome, SavedEndpoint};
 use super::{ApiError, AppState};
 use crate::config::EndpointConfig;
+use crate::endpoint_admin::Saved;
 use crate::model::{Event, Outcome, Timestamp};
 use crate::recovery::{Replay, ReplayAnswer, Replayed};
 use crate::scheduler::attempt::{self, AttemptInput, AttemptResult};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(list_endpoints))
-        .routes(routes!(get_endpoint))
+        .routes(routes!(list_endpoints, create_endpoint))
+        .routes(routes!(get_endpoint, update_endpoint, delete_endpoint))
+        .routes(routes!(rotate_secret))
         .routes(routes!(test_endpoint))
         .routes(routes!(reenable))
         .routes(routes!(replay))
@@ -49,16 +57,55 @@ async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, Api
         state.health_of(&ep.name).await,
         history,
         problems,
+        state.clock.now(),
     ))
 }
 
-/// Every configured endpoint with its health.
-#[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints",
+/// The endpoint of that name, if the caller may see it (a tenant sees only its own; anything
+/// else is 404, as if it did not exist).
+fn visible(state: &AppState, caller: &Caller, name: &str) -> Result<Arc<EndpointConfig>, ApiError> {
+    state
+        .recovery
+        .endpoint(name)
+        .ok()
+        .filter(|ep| caller.sees(ep.tenant.as_deref()))
+        .ok_or_else(|| ApiError::not_found("endpoint_not_found", format!("no endpoint `{name}`")))
+}
+
+fn caller_of(request: &Request) -> Caller {
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .expect("authenticate sets the caller")
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct ListQuery {
+    /// Only this tenant's endpoints (admin keys; a tenant's key always sees only its own).
+    tenant: Option<String>,
+    /// Only endpoints declared in the config file (`config`) or created through the API (`api`).
+    source: Option<String>,
+}
+
+/// Every endpoint with its health: the config file's and those created through the API.
+#[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", params(ListQuery),
     responses((status = 200, description = "All endpoints", body = EndpointList)))]
-async fn list_endpoints(State(state): State<AppState>) -> Result<Json<EndpointList>, ApiError> {
+async fn list_endpoints(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<EndpointList>, ApiError> {
     let config = state.config.load_full();
+    let tenant = caller.tenant_filter(q.tenant);
     let mut endpoints = Vec::with_capacity(config.endpoints.len());
     for ep in config.endpoints.values() {
+        if tenant.is_some() && ep.tenant.as_deref() != tenant.as_deref() {
+            continue;
+        }
+        if q.source.as_deref().is_some_and(|s| s != ep.source.as_str()) {
+            continue;
+        }
         endpoints.push(view(&state, ep).await?);
     }
     Ok(Json(EndpointList {
@@ -69,15 +116,149 @@ async fn list_endpoints(State(state): State<AppState>) -> Result<Json<EndpointLi
 
 /// One endpoint: state, counters and state history (newest 100 changes).
 #[utoipa::path(get, path = "/v1/endpoints/{name}", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name in the config")),
+    params(("name" = String, Path, description = "The endpoint's name")),
     responses((status = 200, description = "The endpoint", body = EndpointView),
               (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
 async fn get_endpoint(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let ep = state.recovery.endpoint(&name)?;
+    let ep = visible(&state, &caller, &name)?;
     Ok(Json(view(&state, &ep).await?))
+}
+
+fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("malformed_body", format!("the body is not a JSON object: {e}")))
+}
+
+/// Creates an endpoint (`source: api`), kept in the store: it survives restarts and config
+/// reloads. The body holds the config file's endpoint keys as JSON (`url`, `topics`, `types`,
+/// `policy`, `headers`, `transform`, `signer`, `max_per_second`, `ordered`, …) plus optional
+/// `name` (default `ep_<ulid>`), `tenant`, `description` and `secret` (default: a new
+/// `whsec_` secret, or `whsk_` key with `signature: ed25519`), validated like the file. The
+/// answer shows the secret, this once.
+#[utoipa::path(post, path = "/v1/endpoints", tag = "endpoints",
+    request_body(content = Object, description = "The endpoint's keys, as in the config file, plus name, tenant, description, secret"),
+    responses((status = 201, description = "Created; `secret` is shown this once", body = SavedEndpoint),
+              (status = 400, description = "A key is invalid (`problems` names each), or the URL is a blocked address", body = super::error::ErrorBody),
+              (status = 403, description = "A tenant's key asked for another tenant", body = super::error::ErrorBody),
+              (status = 409, description = "The name is taken", body = super::error::ErrorBody)))]
+async fn create_endpoint(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<SavedEndpoint>), ApiError> {
+    let saved = state
+        .endpoint_admin
+        .create(json_object(&body)?, caller.tenant.as_deref())
+        .await?;
+    Ok((StatusCode::CREATED, Json(saved_view(&state, saved).await?)))
+}
+
+/// Changes an endpoint created through the API: a JSON merge patch of its keys (`null`
+/// removes one). Applies from the next attempt, like an edit of the config file.
+#[utoipa::path(patch, path = "/v1/endpoints/{name}", tag = "endpoints",
+    params(("name" = String, Path, description = "The endpoint's name")),
+    request_body(content = Object, description = "A JSON merge patch of the endpoint's keys"),
+    responses((status = 200, description = "The endpoint as changed", body = SavedEndpoint),
+              (status = 400, description = "A key is invalid, or the URL is a blocked address", body = super::error::ErrorBody),
+              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
+              (status = 409, description = "Declared in the config file", body = super::error::ErrorBody)))]
+async fn update_endpoint(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<SavedEndpoint>, ApiError> {
+    let patch = serde_json::Value::Object(json_object(&body)?);
+    let saved = state
+        .endpoint_admin
+        .update(&name, patch, caller.tenant.as_deref())
+        .await?;
+    Ok(Json(saved_view(&state, saved).await?))
+}
+
+/// Deletes an endpoint created through the API. Its waiting deliveries end `failed` with
+/// `endpoint_removed`; its deliveries stay readable until retention removes them.
+#[utoipa::path(delete, path = "/v1/endpoints/{name}", tag = "endpoints",
+    params(("name" = String, Path, description = "The endpoint's name")),
+    responses((status = 204, description = "Deleted"),
+              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
+              (status = 409, description = "Declared in the config file", body = super::error::ErrorBody)))]
+async fn delete_endpoint(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .endpoint_admin
+        .delete(&name, caller.tenant.as_deref())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RotateIn {
+    /// The new secret; default a generated one of the endpoint's kind.
+    secret: Option<String>,
+    /// How long the old secret keeps signing beside the new one, e.g. `24h` (the default) or
+    /// `0s` (at once).
+    overlap: Option<String>,
+}
+
+/// Gives an endpoint created through the API a new signing secret, shown this once. Until the
+/// overlap ends both secrets sign (two signatures in `webhook-signature`), so the receiver can
+/// switch to the new one without refusing a delivery.
+#[utoipa::path(post, path = "/v1/endpoints/{name}/secret/rotate", tag = "endpoints",
+    params(("name" = String, Path, description = "The endpoint's name")),
+    request_body(content = Option<RotateIn>, description = "Optional secret and overlap"),
+    responses((status = 200, description = "Rotated; `secret` is shown this once", body = SavedEndpoint),
+              (status = 400, description = "A bad secret or overlap", body = super::error::ErrorBody),
+              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
+              (status = 409, description = "Declared in the config file", body = super::error::ErrorBody)))]
+async fn rotate_secret(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<SavedEndpoint>, ApiError> {
+    visible(&state, &caller, &name)?;
+    let input: RotateIn = if body.iter().all(u8::is_ascii_whitespace) {
+        RotateIn::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request("malformed_body", format!("not a rotation request: {e}")))?
+    };
+    let overlap = match input.overlap.as_deref() {
+        None => crate::endpoint_admin::DEFAULT_OVERLAP,
+        Some(text) => crate::policy::parse_duration(text)
+            .ok()
+            .filter(|d| *d <= MAX_OVERLAP)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_overlap",
+                    format!("overlap `{text}` must be a duration of at most 30d"),
+                )
+            })?,
+    };
+    let saved = state
+        .endpoint_admin
+        .rotate_secret(&name, input.secret, overlap, caller.tenant.as_deref())
+        .await?;
+    Ok(Json(saved_view(&state, saved).await?))
+}
+
+/// The longest a rotated-out secret keeps signing.
+const MAX_OVERLAP: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+async fn saved_view(state: &AppState, saved: Saved) -> Result<SavedEndpoint, ApiError> {
+    Ok(SavedEndpoint {
+        endpoint: view(state, &saved.endpoint).await?,
+        secret: saved.secret,
+    })
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -118,6 +299,7 @@ async fn test_endpoint(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Json<TestOutcome>, ApiError> {
+    visible(&state, &caller_of(&request), &name)?;
     let ep = state.recovery.endpoint(&name)?;
     let config = state.config.load_full();
     let (parts, body) = request.into_parts();
@@ -141,6 +323,7 @@ async fn test_endpoint(
         payload,
         ordering_key: None,
         received_at: state.clock.now(),
+        tenant: ep.tenant.as_deref().map(str::to_owned),
     };
     let policy = config.policy_for(&ep, &topic);
     let report = attempt::perform(
@@ -216,12 +399,8 @@ async fn replay(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let ep = state.recovery.endpoint(&name)?;
-    let caller = request
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .expect("authenticate sets the caller");
+    let caller = caller_of(&request);
+    let ep = visible(&state, &caller, &name)?;
     let (parts, body) = request.into_parts();
     if !parts.headers.contains_key(idempotency::HEADER) {
         return Err(ApiError::bad_request(
@@ -279,7 +458,7 @@ async fn reenable(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let ep = state.recovery.endpoint(&name)?;
+    let ep = visible(&state, &caller_of(&request), &name)?;
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, 64 * 1024).await?;
     let input: ReenableIn = if body.iter().all(u8::is_ascii_whitespace) {
@@ -311,9 +490,10 @@ async fn reenable(
               (status = 409, description = "Endpoint paused or disabled", body = super::error::ErrorBody)))]
 async fn redrive(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<Redriven>), ApiError> {
-    let ep = state.recovery.endpoint(&name)?;
+    let ep = visible(&state, &caller, &name)?;
     let queued = state.recovery.redrive(&ep).await?;
     Ok((StatusCode::ACCEPTED, Json(Redriven { queued })))
 }

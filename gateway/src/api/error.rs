@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::endpoint_admin::AdminError;
 use crate::recovery::RecoveryError;
 use crate::store::StoreError;
 
@@ -20,6 +21,15 @@ pub struct ApiError {
     /// The existing resource a conflict is about (a duplicate event's id), for clients that
     /// carry on with it.
     pub id: Option<String>,
+    /// Each invalid field of the request, for `invalid_endpoint`.
+    pub problems: Vec<FieldProblem>,
+}
+
+/// One invalid field: its path in the request (`url`, `topics[0]`) and what is wrong with it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FieldProblem {
+    pub path: String,
+    pub reason: String,
 }
 
 /// The body of every error answer.
@@ -37,6 +47,9 @@ pub(crate) struct ErrorDetail {
     /// The id of the existing resource a conflict is about (`duplicate_event`).
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<String>,
+    /// Every invalid field (`invalid_endpoint`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<FieldProblem>,
 }
 
 impl ApiError {
@@ -47,6 +60,7 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             id: None,
+            problems: Vec::new(),
         }
     }
 
@@ -143,6 +157,44 @@ impl From<RecoveryError> for ApiError {
     }
 }
 
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        let message = e.to_string();
+        match e {
+            AdminError::Invalid(problems) => {
+                let problems: Vec<FieldProblem> = problems
+                    .into_iter()
+                    .map(|p| FieldProblem {
+                        path: p.path,
+                        reason: p.reason,
+                    })
+                    .collect();
+                let listed: Vec<String> = problems
+                    .iter()
+                    .map(|p| {
+                        if p.path.is_empty() {
+                            p.reason.clone()
+                        } else {
+                            format!("{}: {}", p.path, p.reason)
+                        }
+                    })
+                    .collect();
+                ApiError {
+                    problems,
+                    ..ApiError::bad_request("invalid_endpoint", listed.join("; "))
+                }
+            }
+            AdminError::Blocked(_) => ApiError::bad_request("blocked_address", message),
+            AdminError::BadRequest(_) => ApiError::bad_request("malformed_body", message),
+            AdminError::DeclaredInConfig(_) => ApiError::conflict("endpoint_declared_in_config", message),
+            AdminError::NotFound(_) => ApiError::not_found("endpoint_not_found", message),
+            AdminError::NameTaken(_) => ApiError::conflict("name_taken", message),
+            AdminError::OtherTenant(_) => ApiError::new(StatusCode::FORBIDDEN, "tenant_mismatch", message),
+            AdminError::Store(e) => e.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry_after = self.retry_after;
@@ -153,6 +205,7 @@ impl IntoResponse for ApiError {
                     code: self.code,
                     message: self.message,
                     id: self.id,
+                    problems: self.problems,
                 },
             }),
         )

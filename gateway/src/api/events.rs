@@ -1,10 +1,10 @@
 //! Ingestion (`POST /v1/topics/{topic}/events`, `.../events/batch`) and `GET /v1/events/{id}`.
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
@@ -47,6 +47,9 @@ pub(crate) struct EventIn {
     id: Option<String>,
     /// Events with the same key reach an `ordered` endpoint strictly in ingestion order.
     ordering_key: Option<String>,
+    /// The tenant the event belongs to: it reaches that tenant's endpoints and the endpoints
+    /// without a tenant. A tenant's key sets its own (and may not name another).
+    tenant: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -298,6 +301,9 @@ fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
     if let Some(key) = &e.ordering_key {
         valid_text("ordering_key", key)?;
     }
+    if let Some(tenant) = &e.tenant {
+        valid_tenant(tenant)?;
+    }
     Ok(NewEvent {
         id: e.id,
         topic: topic.to_owned(),
@@ -305,7 +311,46 @@ fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
         content_type: "application/json".into(),
         payload: Bytes::copy_from_slice(e.payload.get().as_bytes()),
         ordering_key: e.ordering_key,
+        tenant: e.tenant,
     })
+}
+
+/// Tenants are named like endpoints: they travel in paths and lists.
+fn valid_tenant(tenant: &str) -> Result<(), ApiError> {
+    let ok = !tenant.is_empty()
+        && tenant.len() <= 128
+        && tenant
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_tenant",
+            "`tenant` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`",
+        ))
+    }
+}
+
+/// Gives a tenant caller's events its tenant; another tenant in the body is refused (403).
+fn assign_tenant(caller: &Caller, events: &mut [NewEvent]) -> Result<(), ApiError> {
+    let Some(own) = &caller.tenant else {
+        return Ok(());
+    };
+    for event in events {
+        match &event.tenant {
+            None => event.tenant = Some(own.clone()),
+            Some(named) if named == own => {}
+            Some(named) => {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "tenant_mismatch",
+                    format!("a key of tenant `{own}` cannot ingest events of tenant `{named}`"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
@@ -362,9 +407,10 @@ async fn begin_ingest(state: &AppState, topic: String, request: Request) -> Resu
 async fn commit<T: Serialize>(
     state: &AppState,
     req: &Ingest,
-    events: Vec<NewEvent>,
+    mut events: Vec<NewEvent>,
     answer: impl FnOnce(&crate::ingest::Prepared) -> T,
 ) -> Result<Response, ApiError> {
+    assign_tenant(&req.caller, &mut events)?;
     let content_type = req
         .headers
         .get(header::CONTENT_TYPE)
@@ -457,6 +503,10 @@ async fn ingest_one(
         if let Some(key) = ordering_key {
             valid_text("Ordering-Key", key)?;
         }
+        let tenant = header_text(&req.headers, "event-tenant")?;
+        if let Some(tenant) = tenant {
+            valid_tenant(tenant)?;
+        }
         vec![NewEvent {
             id: id.map(str::to_owned),
             topic: req.topic.clone(),
@@ -464,6 +514,7 @@ async fn ingest_one(
             content_type: content_type.unwrap_or("application/octet-stream").to_owned(),
             payload: req.body.clone(),
             ordering_key: ordering_key.map(str::to_owned),
+            tenant: tenant.map(str::to_owned),
         }]
     };
     commit(&state, &req, events, |p| Accepted {
@@ -531,10 +582,13 @@ pub(crate) struct EventQuery {
 )]
 async fn get_event(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(query): Query<EventQuery>,
 ) -> Result<Json<EventView>, ApiError> {
     let mut found = state.store.event(&id, query.topic.as_deref()).await?;
+    // A tenant sees its own events only: another tenant's are as if they did not exist.
+    found.retain(|e| caller.tenant.is_none() || e.tenant == caller.tenant);
     if found.len() > 1 {
         let topics: Vec<&str> = found.iter().map(|e| e.topic.as_str()).collect();
         return Err(ApiError::conflict(
@@ -552,6 +606,7 @@ async fn get_event(
         .store
         .deliveries(DeliveryFilter {
             event_id: Some(event.id.clone()),
+            tenant: caller.tenant.clone(),
             limit: 1000,
             ..Default::default()
         })

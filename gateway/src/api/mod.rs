@@ -13,6 +13,8 @@ mod idempotency;
 mod ops;
 mod plugins;
 mod policies;
+mod tenants;
+mod tokens;
 mod topics;
 pub(crate) mod views;
 
@@ -25,6 +27,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use error::ApiError;
 pub use events::{BodyForm, parse_body};
+pub use tokens::CONSOLE_TOKEN_PREFIX;
 
 use self::auth::BearerScheme;
 
@@ -52,6 +55,9 @@ pub struct AppState {
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
     pub(crate) rate_limits: auth::RateLimits,
     pub(crate) cluster: crate::cluster::ClusterView,
+    pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
+    /// Signs console tokens when the config has neither console keys nor admin keys.
+    pub(crate) console_fallback_key: crate::model::Secret,
 }
 
 /// What `GET /v1/status` reports besides counters: when the gateway started and how the last
@@ -92,6 +98,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(plugins::router())
         .merge(policies::router())
         .merge(topics::router())
+        .merge(tenants::router())
         .merge(ops::router())
         .split_for_parts();
     let doc = Arc::new(openapi.clone());
@@ -124,6 +131,7 @@ pub(crate) struct ApiDeps {
     pub(crate) metrics: Metrics,
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
     pub(crate) cluster: crate::cluster::ClusterView,
+    pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
 }
 
 impl AppState {
@@ -153,6 +161,8 @@ impl AppState {
             status: deps.status,
             rate_limits: auth::RateLimits::default(),
             cluster: deps.cluster,
+            endpoint_admin: deps.endpoint_admin,
+            console_fallback_key: crate::model::Secret::new(hex::encode(rand::random::<[u8; 32]>())),
         }
     }
 }

@@ -1,13 +1,14 @@
 //! `GET /v1/topics`: the topics apps may post to, with their policy and subscribers.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::auth::Caller;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_topics))
@@ -32,7 +33,7 @@ pub(crate) struct TopicList {
 /// Every topic of the config, by name.
 #[utoipa::path(get, path = "/v1/topics", tag = "topics",
     responses((status = 200, description = "All topics", body = TopicList)))]
-async fn list_topics(State(state): State<AppState>) -> Json<TopicList> {
+async fn list_topics(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<TopicList> {
     let config = state.config.load();
     let topics = config
         .topics
@@ -43,7 +44,7 @@ async fn list_topics(State(state): State<AppState>) -> Json<TopicList> {
             endpoints: config
                 .endpoints
                 .values()
-                .filter(|ep| ep.topics.contains(name))
+                .filter(|ep| ep.topics.contains(name) && caller.sees(ep.tenant.as_deref()))
                 .map(|ep| ep.name.to_string())
                 .collect(),
         })

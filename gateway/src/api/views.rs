@@ -20,6 +20,9 @@ pub(crate) struct DeliveryView {
     pub(crate) topic: String,
     pub(crate) event_type: String,
     pub(crate) endpoint: String,
+    /// The endpoint's tenant; null for an endpoint without one.
+    #[serde(default)]
+    pub(crate) tenant: Option<String>,
     /// pending, delivering, succeeded, failed or dead.
     #[schema(value_type = String, example = "pending")]
     pub(crate) status: DeliveryStatus,
@@ -49,6 +52,7 @@ impl DeliveryView {
             topic: row.topic,
             event_type: row.event_type,
             endpoint: row.endpoint,
+            tenant: row.tenant,
             status,
             attempt_count: row.attempt_count,
             round: row.round,
@@ -137,6 +141,8 @@ pub(crate) struct EventView {
     pub(crate) event_type: String,
     pub(crate) content_type: String,
     pub(crate) ordering_key: Option<String>,
+    /// The tenant the event belongs to.
+    pub(crate) tenant: Option<String>,
     #[schema(value_type = String, format = DateTime)]
     pub(crate) received_at: Timestamp,
     /// The payload: JSON as JSON, other UTF-8 text as a string; binary only in `payload_base64`.
@@ -166,6 +172,7 @@ impl EventView {
             event_type: event.event_type,
             content_type: event.content_type,
             ordering_key: event.ordering_key,
+            tenant: event.tenant,
             received_at: event.received_at,
             payload,
             payload_base64,
@@ -197,6 +204,15 @@ impl From<HistoryEntry> for HistoryView {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct EndpointView {
     pub(crate) name: String,
+    /// `config` (declared in the config file: read-only here) or `api` (created through the
+    /// API).
+    #[serde(default)]
+    pub(crate) source: String,
+    /// The tenant whose events (only) it receives; null: every tenant's.
+    #[serde(default)]
+    pub(crate) tenant: Option<String>,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
     /// The URL, with any user:password part masked.
     pub(crate) url: String,
     pub(crate) topics: Vec<String>,
@@ -214,6 +230,10 @@ pub(crate) struct EndpointView {
     pub(crate) state_changed_at: Option<Timestamp>,
     /// How many secrets sign (2 while rotating); the secrets themselves are never shown.
     pub(crate) signing_secrets: usize,
+    /// While a rotated-out secret still signs: until when.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) previous_secret_until: Option<Timestamp>,
     /// `hmac` (Standard Webhooks `v1`) or `ed25519` (`v1a`).
     #[serde(default)]
     pub(crate) signature: String,
@@ -248,9 +268,18 @@ impl EndpointView {
         health: EndpointHealth,
         history: Vec<HistoryEntry>,
         problems: Vec<String>,
+        now: Timestamp,
     ) -> Self {
+        let retiring_until = ep
+            .retiring
+            .as_ref()
+            .map(|(_, until)| *until)
+            .filter(|until| now < *until);
         EndpointView {
             name: ep.name.to_string(),
+            source: ep.source.as_str().to_owned(),
+            tenant: ep.tenant.as_deref().map(str::to_owned),
+            description: ep.description.clone(),
             url: masked_url(&ep.url),
             topics: ep.topics.clone(),
             types: ep.types.clone(),
@@ -260,7 +289,8 @@ impl EndpointView {
             failing_since: health.failing_since,
             last_success_at: health.last_success_at,
             state_changed_at: health.changed_at,
-            signing_secrets: ep.secrets.len(),
+            signing_secrets: ep.signing_secrets(now).len(),
+            previous_secret_until: retiring_until,
             signature: match ep.signature {
                 SignatureScheme::Hmac => "hmac",
                 SignatureScheme::Ed25519 => "ed25519",
@@ -298,6 +328,16 @@ fn public_keys(ep: &EndpointConfig) -> Vec<String> {
         .iter()
         .filter_map(|secret| ed25519_public_key(secret).ok())
         .collect()
+}
+
+/// An endpoint as a create, change or rotation left it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct SavedEndpoint {
+    #[serde(flatten)]
+    pub(crate) endpoint: EndpointView,
+    /// The new signing secret (`whsec_…`, or a `whsk_…` key with `signature: ed25519`):
+    /// shown once, when it was made; null otherwise.
+    pub(crate) secret: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -401,6 +441,7 @@ mod tests {
             payload: bytes::Bytes::from_static(br#"{"a":1}"#),
             ordering_key: None,
             received_at: Timestamp::EPOCH,
+            tenant: None,
         };
         assert_eq!(EventView::new(event.clone(), vec![]).payload.unwrap()["a"], 1);
         event.content_type = "text/plain".into();

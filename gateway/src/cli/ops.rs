@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::api::views::{
     ClusterNodesView, DeliveryList, DeliveryView, EndpointList, EndpointView, Reenabled, ReplayOutcome,
-    Summary,
+    SavedEndpoint, Summary,
 };
 
 #[derive(Debug, Args)]
@@ -47,9 +47,13 @@ pub(super) enum OpsCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// One endpoint's health and state history.
+    /// One endpoint's health and state history; or create, change or delete one, or rotate
+    /// its secret.
     Endpoint {
-        name: String,
+        /// The endpoint to show.
+        name: Option<String>,
+        #[command(subcommand)]
+        action: Option<EndpointAction>,
         #[command(flatten)]
         target: Target,
     },
@@ -101,6 +105,86 @@ pub(super) enum OpsCommand {
         #[command(flatten)]
         target: Target,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum EndpointAction {
+    /// Create an endpoint, kept in the gateway's database; prints its secret, this once.
+    Create {
+        /// Default: a generated `ep_…` name.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        keys: EndpointKeys,
+    },
+    /// Change an endpoint created through the API: only the keys given change.
+    Update {
+        name: String,
+        #[command(flatten)]
+        keys: EndpointKeys,
+    },
+    /// Delete an endpoint created through the API; its waiting deliveries end
+    /// `endpoint_removed`.
+    Delete { name: String },
+    /// Give an endpoint a new signing secret, printed this once; the old one signs too until
+    /// the overlap ends.
+    RotateSecret {
+        name: String,
+        /// The new secret; default: a generated one.
+        #[arg(long)]
+        secret: Option<String>,
+        /// How long the old secret keeps signing, e.g. `24h` (the default) or `0s`.
+        #[arg(long)]
+        overlap: Option<String>,
+    },
+}
+
+/// The keys of an endpoint, as flags; any other key of the config file's endpoints in `--json`.
+#[derive(Debug, Args)]
+pub(super) struct EndpointKeys {
+    /// Where the endpoint's webhooks go (`--url` is the gateway's).
+    #[arg(long)]
+    endpoint_url: Option<String>,
+    /// A topic it receives (repeat for more).
+    #[arg(long = "topic")]
+    topics: Vec<String>,
+    /// An event-type glob it takes (repeat for more).
+    #[arg(long = "type")]
+    types: Vec<String>,
+    #[arg(long)]
+    tenant: Option<String>,
+    #[arg(long)]
+    policy: Option<String>,
+    #[arg(long)]
+    description: Option<String>,
+    /// Other keys as a JSON object, e.g. `{"max_per_second": 10, "headers": {"x-team": "a"}}`.
+    #[arg(long)]
+    json: Option<String>,
+}
+
+impl EndpointKeys {
+    /// The request body: `--json`, with the flags given set over it.
+    fn body(self) -> Result<Value, String> {
+        let mut body = match self.json.as_deref() {
+            None => serde_json::Map::new(),
+            Some(text) => match serde_json::from_str(text) {
+                Ok(Value::Object(map)) => map,
+                _ => return Err("--json must be a JSON object".into()),
+            },
+        };
+        let mut set = |key: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                body.insert(key.to_owned(), value);
+            }
+        };
+        set("url", self.endpoint_url.map(Value::from));
+        set("topics", (!self.topics.is_empty()).then(|| json!(self.topics)));
+        set("types", (!self.types.is_empty()).then(|| json!(self.types)));
+        set("tenant", self.tenant.map(Value::from));
+        set("policy", self.policy.map(Value::from));
+        set("description", self.description.map(Value::from));
+        Ok(Value::Object(body))
+    }
 }
 
 struct ApiClient {
@@ -190,6 +274,12 @@ impl ApiClient {
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
+        // A 204 has no body: read it as `null`.
+        let bytes = if bytes.is_empty() {
+            Bytes::from_static(b"null")
+        } else {
+            bytes
+        };
         if !status.is_success() {
             let error: ErrorAnswer = serde_json::from_slice(&bytes).unwrap_or_default();
             return Err(format!(
@@ -270,11 +360,16 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             let list: EndpointList = ApiClient::new(&target)?.get("/v1/endpoints").await?;
             print_endpoints(&list);
         }
-        OpsCommand::Endpoint { name, target } => {
-            let e: EndpointView = ApiClient::new(&target)?
-                .get(&format!("/v1/endpoints/{}", segment(&name)))
-                .await?;
-            print_endpoint(&e);
+        OpsCommand::Endpoint { name, action, target } => {
+            let api = ApiClient::new(&target)?;
+            match (name, action) {
+                (Some(name), None) => {
+                    let e: EndpointView = api.get(&format!("/v1/endpoints/{}", segment(&name))).await?;
+                    print_endpoint(&e);
+                }
+                (_, Some(action)) => endpoint_action(&api, action).await?,
+                (None, None) => return Err("name an endpoint, or create|update|delete|rotate-secret".into()),
+            }
         }
         OpsCommand::Deliveries {
             endpoint,
@@ -318,6 +413,50 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             });
             replay(&ApiClient::new(&target)?, &name, &since, until, &key, wait).await?;
         }
+    }
+    Ok(())
+}
+
+async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), String> {
+    let path = |name: &str| format!("/v1/endpoints/{}", segment(name));
+    let saved: SavedEndpoint = match action {
+        EndpointAction::Create { name, keys } => {
+            let mut body = keys.body()?;
+            if let Some(name) = name {
+                body["name"] = Value::from(name);
+            }
+            api.post("/v1/endpoints", Some(body), &[]).await?
+        }
+        EndpointAction::Update { name, keys } => {
+            api.call(Method::PATCH, &path(&name), Some(keys.body()?), &[])
+                .await?
+        }
+        EndpointAction::Delete { name } => {
+            let _: Value = api.call(Method::DELETE, &path(&name), None, &[]).await?;
+            println!("deleted {name}");
+            return Ok(());
+        }
+        EndpointAction::RotateSecret {
+            name,
+            secret,
+            overlap,
+        } => {
+            let body = json!({"secret": secret, "overlap": overlap});
+            let body = Value::Object(
+                body.as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            );
+            api.post(&format!("{}/secret/rotate", path(&name)), Some(body), &[])
+                .await?
+        }
+    };
+    print_endpoint(&saved.endpoint);
+    if let Some(secret) = saved.secret {
+        println!("\nsecret (shown once): {secret}");
     }
     Ok(())
 }
@@ -431,6 +570,8 @@ fn print_endpoints(list: &EndpointList) {
 fn print_endpoint(e: &EndpointView) {
     let fields = [
         ("name", e.name.clone()),
+        ("source", e.source.clone()),
+        ("tenant", cell(e.tenant.as_ref())),
         ("url", e.url.clone()),
         ("state", e.state.to_string()),
         ("consecutive_failures", e.consecutive_failures.to_string()),

@@ -65,6 +65,7 @@ pub(super) fn build(
         policies,
         topics,
         endpoints,
+        api_endpoints: Arc::from(Vec::new()),
     })
 }
 
@@ -80,17 +81,25 @@ impl Validator<'_> {
                 },
             )
             .unwrap_or_else(|| defaults::LISTEN.parse().expect("valid default"));
-        let mut api_keys = Vec::new();
-        for (i, key) in raw.api_keys.iter().enumerate() {
-            if key.trim().is_empty() {
+        let api_keys = self.api_keys(&raw.api_keys);
+        let mut console_keys = Vec::new();
+        for (i, key) in raw.console_keys.iter().enumerate() {
+            if key.len() < 16 {
                 self.problem(
-                    &format!("server.api_keys[{i}]"),
-                    "an API key may not be empty".into(),
+                    &format!("server.console_keys[{i}]"),
+                    "a console key needs at least 16 characters".into(),
                 );
-            } else {
-                api_keys.push(Secret::new(key.clone()));
             }
+            console_keys.push(Secret::new(key.clone()));
         }
+        let public_url = raw.public_url.as_deref().and_then(|url| {
+            self.parse("server.public_url", url, |s| match s.parse::<http::Uri>() {
+                Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
+                    Ok(s.trim_end_matches('/').to_owned())
+                }
+                _ => Err(format!("`{s}` is not an http:// or https:// address")),
+            })
+        });
         if api_keys.is_empty() && !listen.ip().is_loopback() {
             self.problem(
                 "server.api_keys",
@@ -102,6 +111,8 @@ impl Validator<'_> {
         ServerConfig {
             listen,
             api_keys,
+            console_keys,
+            public_url,
             max_body_bytes: self.size(
                 "server.max_body",
                 raw.max_body.as_deref(),
@@ -124,6 +135,34 @@ impl Validator<'_> {
                 defaults::BODY_TIMEOUT,
             ),
         }
+    }
+
+    fn api_keys(&mut self, raw: &[RawApiKey]) -> Vec<ApiKey> {
+        let mut keys = Vec::new();
+        for (i, entry) in raw.iter().enumerate() {
+            let path = format!("server.api_keys[{i}]");
+            let (key, tenant) = match entry {
+                RawApiKey::Admin(key) => (key, None),
+                RawApiKey::Tenant(scoped) => {
+                    self.name(&format!("{path}.tenant"), &scoped.tenant);
+                    (&scoped.key, Some(scoped.tenant.clone()))
+                }
+            };
+            if key.trim().is_empty() {
+                self.problem(&path, "an API key may not be empty".into());
+            } else if key.starts_with(crate::api::CONSOLE_TOKEN_PREFIX) {
+                self.problem(
+                    &path,
+                    "an API key may not look like a console token (`hgc_…`)".into(),
+                );
+            } else {
+                keys.push(ApiKey {
+                    key: Secret::new(key.clone()),
+                    tenant,
+                });
+            }
+        }
+        keys
     }
 
     fn storage(&mut self, raw: &RawStorage) -> StorageConfig {

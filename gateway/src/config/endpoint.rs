@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, Uri};
 
 use super::raw::{RawEndpoint, RawSecrets};
 use super::validate::Validator;
-use super::{EndpointConfig, TopicConfig, defaults};
+use super::{EndpointConfig, EndpointSource, TopicConfig, defaults};
 use crate::model::Secret;
 use crate::policy::Policy;
 
@@ -63,6 +63,9 @@ impl Validator<'_> {
         let auth = self.outbound_auth(&path, raw.auth, &headers);
         let route = self.route(&path, raw.tls, raw.proxy.as_deref(), url.as_ref());
         let signature = self.signature(&path, raw.signature, &secrets, signer.is_some());
+        if let Some(tenant) = &raw.tenant {
+            self.name(&format!("{path}.tenant"), tenant);
+        }
 
         if self.problems.len() > before {
             return None;
@@ -87,6 +90,10 @@ impl Validator<'_> {
             auth: auth.map(Arc::new),
             route,
             signature,
+            source: EndpointSource::Config,
+            tenant: raw.tenant.map(Arc::from),
+            description: raw.description,
+            retiring: None,
         })
     }
 

@@ -5,6 +5,7 @@
 //! `hookgate config check` lists everything to fix in one go. Relative paths in the file
 //! (storage, plugins) are relative to the working directory, like the embedded default's.
 
+mod api;
 mod build;
 pub mod defaults;
 mod endpoint;
@@ -15,6 +16,7 @@ mod validate;
 pub mod watch;
 mod yaml;
 
+pub use api::{api_endpoint, blocked_address};
 pub use raw::RawConfig;
 use raw::RawTopic;
 
@@ -33,8 +35,9 @@ use rustls::pki_types::CertificateDer;
 use crate::delivery::signing::SignatureScheme;
 use crate::delivery::{OutboundAuth, ProxyAddr, Route};
 use crate::health::HealthRules;
-use crate::model::{PluginBinding, Secret};
+use crate::model::{PluginBinding, Secret, Timestamp};
 use crate::policy::Policy;
+use crate::store::ApiEndpointRow;
 
 /// One thing wrong with a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,10 +51,12 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}:{}: {}", self.file, self.line, self.reason)
-        } else {
-            write!(f, "{}:{}: {}: {}", self.file, self.line, self.path, self.reason)
+        // Line 0: not from a line of the file (an endpoint created through the API).
+        match (self.line, self.path.is_empty()) {
+            (0, true) => write!(f, "{}: {}", self.file, self.reason),
+            (0, false) => write!(f, "{}: {}: {}", self.file, self.path, self.reason),
+            (line, true) => write!(f, "{}:{line}: {}", self.file, self.reason),
+            (line, false) => write!(f, "{}:{line}: {}: {}", self.file, self.path, self.reason),
         }
     }
 }
@@ -136,18 +141,34 @@ pub struct Config {
     /// The presets and the user's policies.
     pub policies: BTreeMap<String, Arc<Policy>>,
     pub topics: BTreeMap<String, TopicConfig>,
+    /// The file's endpoints and those created through the API (`source`).
     pub endpoints: BTreeMap<Arc<str>, Arc<EndpointConfig>>,
+    /// What the endpoints created through the API were built from, as the store keeps them:
+    /// a reload of the file validates them again against its topics and policies.
+    pub api_endpoints: Arc<[ApiEndpointRow]>,
 }
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub api_keys: Vec<Secret>,
+    pub api_keys: Vec<ApiKey>,
+    /// The keys that sign console tokens (the first) and verify them (all); empty: derived
+    /// from the admin keys.
+    pub console_keys: Vec<Secret>,
+    /// Where console links point, without a trailing `/`; None: the listen address.
+    pub public_url: Option<String>,
     pub max_body_bytes: usize,
     pub shutdown_grace: Duration,
     pub rate_limit_per_key: Option<u32>,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+}
+
+/// A key of `server.api_keys`: an admin's (no tenant) or a tenant's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKey {
+    pub key: Secret,
+    pub tenant: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -234,6 +255,30 @@ pub struct EndpointConfig {
     pub route: Route,
     /// How `secrets` sign: HMAC (`v1`) or Ed25519 (`v1a`).
     pub signature: SignatureScheme,
+    /// Declared in the file, or created through the API.
+    pub source: EndpointSource,
+    /// The tenant whose events (only) this endpoint receives.
+    pub tenant: Option<Arc<str>>,
+    pub description: Option<String>,
+    /// A secret being rotated out: it still signs, beside `secrets`, until then (gateway time).
+    pub retiring: Option<(Secret, Timestamp)>,
+}
+
+/// Where an endpoint was declared: in the config file (read-only through the API) or through
+/// the API (kept in the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointSource {
+    Config,
+    Api,
+}
+
+impl EndpointSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointSource::Config => "config",
+            EndpointSource::Api => "api",
+        }
+    }
 }
 
 impl PartialEq for EndpointConfig {
@@ -258,13 +303,59 @@ impl PartialEq for EndpointConfig {
             && self.auth == other.auth
             && self.route == other.route
             && self.signature == other.signature
+            && self.source == other.source
+            && self.tenant == other.tenant
+            && self.description == other.description
+            && self.retiring == other.retiring
     }
 }
 
 impl EndpointConfig {
-    /// Whether an event of `topic` and `event_type` goes to this endpoint (health aside).
+    /// Whether an event of `topic` and `event_type` goes to this endpoint (health and tenant
+    /// aside).
     pub fn subscribes_to(&self, topic: &str, event_type: &str) -> bool {
         self.topics.iter().any(|t| t == topic) && self.matches_type(event_type)
+    }
+
+    /// Whether an event of `tenant` may reach this endpoint: a tenant's endpoint takes only its
+    /// tenant's events, an endpoint without a tenant takes everyone's.
+    pub fn accepts_tenant(&self, tenant: Option<&str>) -> bool {
+        self.tenant.as_deref().is_none_or(|own| Some(own) == tenant)
+    }
+
+    /// This endpoint's plugin bindings that cannot work now (see
+    /// [`Config::plugin_binding_problems`]).
+    pub fn binding_problems(&self, world_of: impl Fn(&str) -> Option<&'static str>) -> Vec<BindingProblem> {
+        let mut problems = Vec::new();
+        for (role, binding) in [
+            ("transform", &self.transform),
+            ("signer", &self.signer),
+            ("backoff", &self.backoff),
+        ] {
+            let Some(binding) = binding else { continue };
+            let problem = BindingProblem {
+                endpoint: self.name.clone(),
+                role,
+                plugin: binding.plugin.clone(),
+                loaded_as: world_of(&binding.plugin),
+            };
+            if problem.loaded_as != Some(problem.expected_world()) {
+                problems.push(problem);
+            }
+        }
+        problems
+    }
+
+    /// The secrets that sign at `now`: `secrets`, and the retiring one until its overlap ends.
+    pub fn signing_secrets(&self, now: Timestamp) -> std::borrow::Cow<'_, [Secret]> {
+        match &self.retiring {
+            Some((old, until)) if now < *until => {
+                let mut all = self.secrets.clone();
+                all.push(old.clone());
+                std::borrow::Cow::Owned(all)
+            }
+            _ => std::borrow::Cow::Borrowed(&self.secrets),
+        }
     }
 
     pub fn matches_type(&self, event_type: &str) -> bool {
@@ -314,26 +405,10 @@ impl Config {
         &self,
         world_of: impl Fn(&str) -> Option<&'static str>,
     ) -> Vec<BindingProblem> {
-        let mut problems = Vec::new();
-        for (name, ep) in &self.endpoints {
-            for (role, binding) in [
-                ("transform", &ep.transform),
-                ("signer", &ep.signer),
-                ("backoff", &ep.backoff),
-            ] {
-                let Some(binding) = binding else { continue };
-                let problem = BindingProblem {
-                    endpoint: name.clone(),
-                    role,
-                    plugin: binding.plugin.clone(),
-                    loaded_as: world_of(&binding.plugin),
-                };
-                if problem.loaded_as != Some(problem.expected_world()) {
-                    problems.push(problem);
-                }
-            }
-        }
-        problems
+        self.endpoints
+            .values()
+            .flat_map(|ep| ep.binding_problems(&world_of))
+            .collect()
     }
 
     /// Whether apps may post to `topic`.
@@ -341,15 +416,17 @@ impl Config {
         self.topics.contains_key(topic)
     }
 
-    /// The endpoints an event of `topic`/`event_type` fans out to, before health is considered.
+    /// The endpoints an event of `topic`/`event_type`/`tenant` fans out to, before health is
+    /// considered.
     pub fn subscribers<'a>(
         &'a self,
         topic: &'a str,
         event_type: &'a str,
+        tenant: Option<&'a str>,
     ) -> impl Iterator<Item = &'a Arc<EndpointConfig>> + 'a {
         self.endpoints
             .values()
-            .filter(move |e| e.subscribes_to(topic, event_type))
+            .filter(move |e| e.subscribes_to(topic, event_type) && e.accepts_tenant(tenant))
     }
 }
 

@@ -39,14 +39,39 @@ pub struct RawConfig {
     pub endpoints: BTreeMap<String, RawEndpoint>,
 }
 
+/// An API key: a string (an admin key) or a tenant's key.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RawApiKey {
+    Admin(String),
+    Tenant(RawTenantKey),
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTenantKey {
+    pub key: String,
+    pub tenant: String,
+}
+
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     /// `ip:port` to listen on. Default `127.0.0.1:8080`.
     pub listen: Option<String>,
-    /// Bearer keys accepted by the API. None: no authentication, allowed only on loopback.
+    /// Bearer keys accepted by the API: a string is an admin key (everything), `{key, tenant}`
+    /// a tenant's key (only that tenant's endpoints, deliveries and events). None: no
+    /// authentication, allowed only on loopback.
     #[serde(default)]
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<RawApiKey>,
+    /// Keys that sign console tokens, newest first: the first signs, every one verifies (add a
+    /// new one in front to rotate, drop the old one once its tokens expired). Default: keys
+    /// derived from the admin API keys.
+    #[serde(default)]
+    pub console_keys: Vec<String>,
+    /// The address the console links of console tokens start with, e.g.
+    /// `https://hooks.example.com`. Default: `http://` and the listen address.
+    pub public_url: Option<String>,
     /// Largest accepted request body, e.g. `256KiB` (the default) or `1MiB`.
     pub max_body: Option<String>,
     /// How long in-flight attempts may finish after SIGTERM/SIGINT. Default `10s`.
@@ -236,6 +261,10 @@ pub struct RawEndpoint {
     pub signature: Option<RawSignature>,
     /// Free text for humans.
     pub description: Option<String>,
+    /// The tenant (a customer of the product) this endpoint belongs to: it receives only that
+    /// tenant's events, and a tenant's API key or console token sees only its own endpoints.
+    /// None: an internal endpoint that receives the events of every tenant.
+    pub tenant: Option<String>,
 }
 
 /// Outbound credentials: exactly one of `bearer`, `basic` or `oauth2`.

@@ -250,7 +250,7 @@ async fn prepare(
         &event.id,
         timestamp_s,
         input.attempt,
-        &endpoint.secrets,
+        &endpoint.signing_secrets(now),
         &body,
         sign_standard,
     );
@@ -348,7 +348,7 @@ async fn sign(
                 now_ms: SystemClock.now().as_millis().max(0) as u64,
                 headers: header_list(&visible),
                 body: body.clone(),
-                secrets: endpoint.secrets.clone(),
+                secrets: endpoint.signing_secrets(env.clock.now()).into_owned(),
             },
         ),
     )

@@ -68,6 +68,7 @@ mod tests {
             payload: bytes::Bytes::from(vec![b'x'; payload_bytes]),
             ordering_key: None,
             received_at: crate::model::Timestamp::from_millis(0),
+            tenant: None,
         })
     }
 

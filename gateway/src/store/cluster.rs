@@ -47,6 +47,8 @@ pub enum ClusterNotice {
     },
     /// Another node changed an endpoint's health state.
     Health(Arc<str>),
+    /// Another node created, changed or deleted an endpoint through the API.
+    Endpoints,
 }
 
 /// The notices of other nodes, until the connection that brings them ends (then `next`

@@ -106,6 +106,22 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE attempts ADD COLUMN response_headers TEXT;
     ALTER TABLE attempts ADD COLUMN response_body TEXT;
     "#,
+    // 4: tenants on events and deliveries (a delivery's is its endpoint's), and the endpoints
+    // created through the API.
+    r#"
+    ALTER TABLE events ADD COLUMN tenant TEXT;
+    ALTER TABLE deliveries ADD COLUMN tenant TEXT;
+    CREATE INDEX deliveries_by_tenant ON deliveries (tenant, id) WHERE tenant IS NOT NULL;
+    CREATE TABLE api_endpoints (
+        name             TEXT PRIMARY KEY,
+        tenant           TEXT,
+        spec             TEXT    NOT NULL,
+        retiring_secret  TEXT,
+        retiring_until   INTEGER,
+        created_at       INTEGER NOT NULL,
+        updated_at       INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -67,11 +67,30 @@ impl From<rusqlite::Error> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// One event and the endpoints it fans out to (already filtered by topic, type and health).
+/// One event and the endpoints it fans out to (already filtered by topic, type, tenant and
+/// health).
 #[derive(Debug, Clone)]
 pub struct IngestItem {
     pub event: Arc<Event>,
-    pub endpoints: Vec<Arc<str>>,
+    pub endpoints: Vec<Target>,
+}
+
+/// An endpoint a delivery goes to, with the endpoint's tenant: a tenant's key sees the
+/// deliveries to its own endpoints, also after such an endpoint was deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub endpoint: Arc<str>,
+    pub tenant: Option<Arc<str>>,
+}
+
+impl Target {
+    /// An endpoint without a tenant.
+    pub fn untenanted(endpoint: &str) -> Target {
+        Target {
+            endpoint: Arc::from(endpoint),
+            tenant: None,
+        }
+    }
 }
 
 /// The stored answer of an idempotent request, replayed verbatim for a retry with the same key.
@@ -222,6 +241,8 @@ pub struct DeliveryRow {
     pub topic: String,
     pub event_type: String,
     pub endpoint: String,
+    /// The endpoint's tenant when the delivery was made.
+    pub tenant: Option<String>,
     pub status: DeliveryStatus,
     pub round: u32,
     pub attempt_count: u32,
@@ -243,6 +264,8 @@ pub struct DeliveryFilter {
     pub endpoint: Option<String>,
     pub status: Option<DeliveryStatus>,
     pub event_id: Option<String>,
+    /// Only deliveries to this tenant's endpoints.
+    pub tenant: Option<String>,
     /// Only deliveries older than this one (the cursor of the previous page).
     pub before: Option<DeliveryId>,
     pub limit: u32,
@@ -314,6 +337,31 @@ pub struct RetentionCutoffs {
     pub batch: u32,
 }
 
+/// An endpoint created through the API, as the store keeps it. The store does not read `spec`:
+/// the config module validates it like the YAML file's endpoints.
+#[derive(Clone, PartialEq)]
+pub struct ApiEndpointRow {
+    pub name: String,
+    pub tenant: Option<String>,
+    /// The endpoint's keys as a JSON object (the YAML endpoint keys), its secret included.
+    pub spec: String,
+    /// A secret being rotated out, and until when it still signs.
+    pub retiring: Option<(String, Timestamp)>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl std::fmt::Debug for ApiEndpointRow {
+    /// Without `spec` and the retiring secret: both hold secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiEndpointRow")
+            .field("name", &self.name)
+            .field("tenant", &self.tenant)
+            .field("updated_at", &self.updated_at)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The gateway's durable state, in the domain's terms.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -350,7 +398,7 @@ pub trait Store: Send + Sync + 'static {
     /// its answer is made by `answer` from the new deliveries and written in the same commit.
     async fn create_deliveries(
         &self,
-        endpoint: &str,
+        endpoint: Target,
         events: Vec<Arc<Event>>,
         idempotency: Option<(IdempotencyRecord, AnswerFn)>,
         now: Timestamp,
@@ -377,6 +425,16 @@ pub trait Store: Send + Sync + 'static {
     async fn endpoint_health(&self) -> StoreResult<Vec<(String, EndpointHealth)>>;
     async fn endpoint_history(&self, endpoint: &str, limit: u32) -> StoreResult<Vec<HistoryEntry>>;
     async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>>;
+
+    /// Every endpoint created through the API, by name.
+    async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>>;
+
+    /// Creates an endpoint ([`StoreError::Conflict`] when the name is taken) or replaces one
+    /// (`replace`; [`StoreError::NotFound`] when it is gone).
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, replace: bool) -> StoreResult<()>;
+
+    /// Removes an endpoint created through the API ([`StoreError::NotFound`] when there is none).
+    async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()>;
 
     /// Removes data older than the retention windows, a bounded batch per call.
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged>;

@@ -223,7 +223,7 @@ fn parse_col<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Resul
 }
 
 const EVENT_COLUMNS: &str =
-    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at";
+    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, e.tenant";
 
 fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
     Ok(Event {
@@ -234,11 +234,12 @@ fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
         payload: Bytes::from(row.get::<_, Vec<u8>>(first + 4)?),
         ordering_key: row.get(first + 5)?,
         received_at: ts(row, first + 6)?,
+        tenant: row.get(first + 7)?,
     })
 }
 
 const DELIVERY_COLUMNS: &str = "d.id, e.id, e.topic, e.event_type, d.endpoint, d.status, d.round, d.attempt_count, \
-     d.next_attempt_at, d.last_error, d.created_at, d.updated_at";
+     d.next_attempt_at, d.last_error, d.created_at, d.updated_at, d.tenant";
 
 fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRow> {
     Ok(DeliveryRow {
@@ -254,14 +255,15 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRow> {
         last_error: row.get(9)?,
         created_at: ts(row, 10)?,
         updated_at: ts(row, 11)?,
+        tenant: row.get(12)?,
     })
 }
 
 fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (topic, id) DO NOTHING",
+            "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (topic, id) DO NOTHING",
         )?
         .execute(params![
             event.id,
@@ -271,6 +273,7 @@ fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
             &event.payload[..],
             event.ordering_key,
             event.received_at.as_millis(),
+            event.tenant,
         ])?;
     if inserted == 0 {
         return Err(StoreError::DuplicateEvent {
@@ -284,14 +287,14 @@ fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
 fn insert_delivery(
     conn: &Connection,
     event_seq: i64,
-    endpoint: &str,
+    target: &Target,
     now: Timestamp,
 ) -> StoreResult<DeliveryId> {
     conn.prepare_cached(
-        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at)
-         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3, ?3)",
+        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at, tenant)
+         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3, ?3, ?4)",
     )?
-    .execute(params![event_seq, endpoint, now.as_millis()])?;
+    .execute(params![event_seq, &*target.endpoint, now.as_millis(), target.tenant.as_deref()])?;
     Ok(DeliveryId(conn.last_insert_rowid()))
 }
 
@@ -490,11 +493,11 @@ impl Store for SqliteStore {
             let mut ready = Vec::with_capacity(batch.items.iter().map(|i| i.endpoints.len()).sum());
             for item in &batch.items {
                 let seq = insert_event(conn, &item.event)?;
-                for endpoint in &item.endpoints {
-                    let id = insert_delivery(conn, seq, endpoint, batch.now)?;
+                for target in &item.endpoints {
+                    let id = insert_delivery(conn, seq, target, batch.now)?;
                     ready.push(ReadyDelivery {
                         id,
-                        endpoint: endpoint.clone(),
+                        endpoint: target.endpoint.clone(),
                         event: item.event.clone(),
                         next_attempt_at: batch.now,
                         round: 1,
@@ -584,12 +587,11 @@ impl Store for SqliteStore {
 
     async fn create_deliveries(
         &self,
-        endpoint: &str,
+        target: Target,
         events: Vec<Arc<Event>>,
         idempotency: Option<(IdempotencyRecord, AnswerFn)>,
         now: Timestamp,
     ) -> StoreResult<IngestOutcome> {
-        let endpoint: Arc<str> = Arc::from(endpoint);
         self.write(Urgency::Wait, move |conn| {
             if let Some((record, _)) = &idempotency
                 && let Some(first) = idempotency_lookup(conn, &record.scope, &record.key)?
@@ -604,10 +606,10 @@ impl Store for SqliteStore {
                     .optional()?;
                 // An event purged since the window was read is simply not replayed.
                 let Some(seq) = seq else { continue };
-                let id = insert_delivery(conn, seq, &endpoint, now)?;
+                let id = insert_delivery(conn, seq, &target, now)?;
                 ready.push(ReadyDelivery {
                     id,
-                    endpoint: endpoint.clone(),
+                    endpoint: target.endpoint.clone(),
                     event,
                     next_attempt_at: now,
                     round: 1,
@@ -727,6 +729,7 @@ impl Store for SqliteStore {
                 "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
                  WHERE (?1 IS NULL OR d.endpoint = ?1) AND (?2 IS NULL OR d.status = ?2)
                    AND (?3 IS NULL OR e.id = ?3) AND (?4 IS NULL OR d.id < ?4)
+                   AND (?6 IS NULL OR d.tenant = ?6)
                  ORDER BY d.id DESC LIMIT ?5"
             ))?;
             let rows = stmt.query_map(
@@ -736,6 +739,7 @@ impl Store for SqliteStore {
                     filter.event_id,
                     filter.before.map(|d| d.0),
                     filter.limit,
+                    filter.tenant,
                 ],
                 delivery_from_row,
             )?;
@@ -857,6 +861,79 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at
+                 FROM api_endpoints ORDER BY name",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                let retiring = match (r.get::<_, Option<String>>(3)?, opt_ts(r, 4)?) {
+                    (Some(secret), Some(until)) => Some((secret, until)),
+                    _ => None,
+                };
+                Ok(ApiEndpointRow {
+                    name: r.get(0)?,
+                    tenant: r.get(1)?,
+                    spec: r.get(2)?,
+                    retiring,
+                    created_at: ts(r, 5)?,
+                    updated_at: ts(r, 6)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, replace: bool) -> StoreResult<()> {
+        self.write(Urgency::Wait, move |conn| {
+            let (secret, until) = row.retiring.clone().unzip();
+            let until = until.map(Timestamp::as_millis);
+            let changed = if replace {
+                conn.prepare_cached(
+                    "UPDATE api_endpoints SET tenant = ?2, spec = ?3, retiring_secret = ?4, retiring_until = ?5,
+                            updated_at = ?6 WHERE name = ?1",
+                )?
+                .execute(params![row.name, row.tenant, row.spec, secret, until, row.updated_at.as_millis()])?
+            } else {
+                conn.prepare_cached(
+                    "INSERT INTO api_endpoints (name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (name) DO NOTHING",
+                )?
+                .execute(params![
+                    row.name,
+                    row.tenant,
+                    row.spec,
+                    secret,
+                    until,
+                    row.created_at.as_millis(),
+                    row.updated_at.as_millis(),
+                ])?
+            };
+            match (changed, replace) {
+                (0, true) => Err(StoreError::NotFound(format!("endpoint `{}`", row.name))),
+                (0, false) => Err(StoreError::Conflict(format!("an endpoint named `{}` exists", row.name))),
+                _ => Ok(()),
+            }
+        })
+        .await
+    }
+
+    async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()> {
+        let name = name.to_owned();
+        self.write(Urgency::Wait, move |conn| {
+            let removed = conn
+                .prepare_cached("DELETE FROM api_endpoints WHERE name = ?1")?
+                .execute(params![name])?;
+            if removed == 0 {
+                return Err(StoreError::NotFound(format!("endpoint `{name}`")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {
         self.write(Urgency::Wait, move |conn| {
             let mut purged = Purged::default();
@@ -935,8 +1012,9 @@ mod tests {
                     payload: Bytes::from(vec![b'p'; payload_bytes]),
                     ordering_key: None,
                     received_at: NOW,
+                    tenant: None,
                 }),
-                endpoints: vec![Arc::from("e")],
+                endpoints: vec![Target::untenanted("e")],
             }],
             idempotency: None,
             now: NOW,

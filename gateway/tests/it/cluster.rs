@@ -561,3 +561,97 @@ async fn nodes_reconnect_when_the_database_drops_their_connections() {
     );
     assert!(terminated >= 6, "only {terminated} connections were ended");
 }
+
+/// An endpoint created through one node's API runs on every node: another node takes its
+/// events and delivers them, a change through a third applies everywhere, and a delete
+/// anywhere removes it everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_created_through_one_node_runs_on_all() {
+    let sink = Sink::start().await;
+    let Some(cluster) = Cluster::start(
+        "",
+        "  base:\n    url: http://127.0.0.1:9/unused\n    topics: [t]\n",
+        &[],
+    )
+    .await
+    else {
+        return;
+    };
+    let call = |i: usize, method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut request = cluster
+            .http
+            .request(method, format!("{}{path}", cluster.nodes[i].base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    let created = call(
+        0,
+        reqwest::Method::POST,
+        "/v1/endpoints",
+        Some(json!({"name": "shared", "url": sink.url("/first"), "topics": ["t"], "types": ["y"]})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.status(), 201);
+    // Every node learns of it (a notice, then a read of the store).
+    for i in 0..3 {
+        let deadline = Instant::now() + WAIT;
+        while call(i, reqwest::Method::GET, "/v1/endpoints/shared", None)
+            .await
+            .unwrap()
+            .status()
+            != 200
+        {
+            assert!(
+                Instant::now() < deadline,
+                "node {i} never learned of the endpoint"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(cluster.post(1, json!({"type": "y", "payload": {"n": 1}})).await);
+    let received = sink.wait_for(1, WAIT).await;
+    assert_eq!(received[0].path, "/first");
+
+    let patched = call(
+        2,
+        reqwest::Method::PATCH,
+        "/v1/endpoints/shared",
+        Some(json!({"url": sink.url("/second")})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(patched.status(), 200);
+    for i in 0..3 {
+        let deadline = Instant::now() + WAIT;
+        while !cluster.get(i, "/v1/endpoints/shared").await["url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("/second"))
+        {
+            assert!(Instant::now() < deadline, "node {i} kept the old URL");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(cluster.post(0, json!({"type": "y", "payload": {"n": 2}})).await);
+    let received = sink.wait_for(2, WAIT).await;
+    assert_eq!(received[1].path, "/second");
+
+    let deleted = call(1, reqwest::Method::DELETE, "/v1/endpoints/shared", None)
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    for i in 0..3 {
+        let deadline = Instant::now() + WAIT;
+        while call(i, reqwest::Method::GET, "/v1/endpoints/shared", None)
+            .await
+            .unwrap()
+            .status()
+            != 404
+        {
+            assert!(Instant::now() < deadline, "node {i} kept the deleted endpoint");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

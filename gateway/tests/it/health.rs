@@ -430,7 +430,7 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
     use std::sync::Arc;
 
     use hookgate::model::Event;
-    use hookgate::store::{IngestBatch, IngestItem};
+    use hookgate::store::{IngestBatch, IngestItem, Target};
 
     let sink = Sink::start().await;
     sink.always(Reply::status(410));
@@ -455,8 +455,9 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
                     payload: "{}".into(),
                     ordering_key: None,
                     received_at: gw.now(),
+                    tenant: None,
                 }),
-                endpoints: vec![Arc::from("e")],
+                endpoints: vec![Target::untenanted("e")],
             }],
             idempotency: None,
             now: gw.now(),

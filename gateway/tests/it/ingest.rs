@@ -10,7 +10,8 @@ use crate::support::{Reply, Sink, TestGateway};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const WAIT: Duration = Duration::from_secs(10);
 
-fn verify(secret: &str, id: &str, ts: &str, body: &[u8], signature: &str) -> bool {
+/// Whether `signature` (a `webhook-signature` value) holds a `v1` signature by `secret`.
+pub(crate) fn verify(secret: &str, id: &str, ts: &str, body: &[u8], signature: &str) -> bool {
     let key = base64::engine::general_purpose::STANDARD
         .decode(secret.trim_start_matches("whsec_"))
         .unwrap();

@@ -122,7 +122,12 @@ async fn the_openapi_document_describes_every_route_and_every_route_in_it_exists
         ("/v1/topics/{topic}/events/batch", "post"),
         ("/v1/events/{id}", "get"),
         ("/v1/endpoints", "get"),
+        ("/v1/endpoints", "post"),
         ("/v1/endpoints/{name}", "get"),
+        ("/v1/endpoints/{name}", "patch"),
+        ("/v1/endpoints/{name}", "delete"),
+        ("/v1/endpoints/{name}/secret/rotate", "post"),
+        ("/v1/tenants/{tenant}/console-token", "post"),
         ("/v1/endpoints/{name}/test", "post"),
         ("/v1/endpoints/{name}/reenable", "post"),
         ("/v1/endpoints/{name}/replay", "post"),
@@ -147,7 +152,7 @@ async fn the_openapi_document_describes_every_route_and_every_route_in_it_exists
                 .replace("{topic}", "t")
                 .replace("{name}", "e")
                 .replace("{id}", "dlv_1")
-                .replace("{name}", "standard");
+                .replace("{tenant}", "acme");
             let url = format!("{}{concrete}", gw.base);
             let response = match method.as_str() {
                 "get" => gw.http.get(&url).send().await.unwrap(),
@@ -159,6 +164,15 @@ async fn the_openapi_document_describes_every_route_and_every_route_in_it_exists
                     .send()
                     .await
                     .unwrap(),
+                "patch" => gw
+                    .http
+                    .patch(&url)
+                    .body("{}")
+                    .header("content-type", "application/json")
+                    .send()
+                    .await
+                    .unwrap(),
+                "delete" => gw.http.delete(&url).send().await.unwrap(),
                 other => panic!("unexpected method {other}"),
             };
             let body: serde_json::Value = response.json().await.unwrap_or_default();

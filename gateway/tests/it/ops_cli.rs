@@ -251,3 +251,95 @@ fn config_check_accepts_the_quick_start_config_and_lists_every_problem() {
     assert!(lines[0].contains("bad.yaml:2: server.listen: "), "{err}");
     assert!(lines[1].contains("bad.yaml:7: endpoints.e.url: "), "{err}");
 }
+
+/// `hookgate endpoint create|update|rotate-secret|delete` drive the endpoints API; the secret
+/// is printed once, and the created endpoint gets deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_commands_create_change_rotate_and_delete_an_endpoint() {
+    let sink = Sink::start().await;
+    let gw = TestGateway::start("server:\n  api_keys: [ops-key]\ntopics:\n  t: {}\n").await;
+    let with = |cmd: &[&str]| {
+        cmd.iter()
+            .map(|s| s.to_string())
+            .chain([
+                "--url".to_owned(),
+                gw.base.clone(),
+                "--api-key".to_owned(),
+                "ops-key".to_owned(),
+            ])
+            .collect::<Vec<_>>()
+    };
+    let url = sink.url("/cli");
+    let (ok, out, err) = run(with(&[
+        "endpoint",
+        "create",
+        "--name",
+        "cli-made",
+        "--endpoint-url",
+        &url,
+        "--topic",
+        "t",
+        "--tenant",
+        "acme",
+        "--json",
+        r#"{"max_per_second": 50}"#,
+    ]))
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("source") && out.contains("api") && out.contains("acme"),
+        "{out}"
+    );
+    let secret = out
+        .lines()
+        .find_map(|l| l.strip_prefix("secret (shown once): "))
+        .unwrap_or_else(|| panic!("no secret in {out}"))
+        .to_owned();
+    assert!(secret.starts_with("whsec_"));
+
+    let (ok, _, err) = run(with(&["endpoint", "update", "cli-made", "--type", "order.*"])).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        crate::support::endpoint(&gw, "cli-made").await["types"],
+        json!(["order.*"])
+    );
+
+    let (status, _) = gw
+        .post(
+            "/v1/topics/t/events",
+            json!({"type": "order.paid", "payload": {}, "tenant": "acme"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let received = sink.wait_for(1, WAIT).await;
+    assert!(crate::ingest::verify(
+        &secret,
+        received[0].header("webhook-id"),
+        received[0].header("webhook-timestamp"),
+        &received[0].body,
+        received[0].header("webhook-signature"),
+    ));
+
+    let (ok, out, err) = run(with(&[
+        "endpoint",
+        "rotate-secret",
+        "cli-made",
+        "--overlap",
+        "1h",
+    ]))
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("secret (shown once): whsec_") && !out.contains(&secret),
+        "{out}"
+    );
+
+    let (ok, out, err) = run(with(&["endpoint", "delete", "cli-made"])).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("deleted cli-made"), "{out}");
+    let (ok, _, err) = run(with(&["endpoint", "delete", "cli-made"])).await;
+    assert!(!ok && err.contains("endpoint_not_found"), "{err}");
+    // Showing one still works as before.
+    let (ok, _, err) = run(with(&["endpoint", "cli-made"])).await;
+    assert!(!ok && err.contains("404"), "{err}");
+}

@@ -269,7 +269,7 @@ impl TestGateway {
         std::fs::write(&path, &text).unwrap();
         let config =
             hookgate::config::load_file(&path).unwrap_or_else(|e| panic!("test config invalid:\n{e}"));
-        let api_key = config.server.api_keys.first().map(|k| k.expose().to_owned());
+        let api_key = config.server.api_keys.first().map(|k| k.key.expose().to_owned());
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut options = GatewayOptions::new(config, Arc::new(clock.clone()));
         options.listener = Some(listener);
@@ -330,6 +330,33 @@ impl TestGateway {
         let status = response.status().as_u16();
         let bytes = response.bytes().await.unwrap();
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// Calls the API with `key` (None: no `Authorization`) instead of the gateway's first key.
+    pub async fn call_as(
+        &self,
+        key: Option<&str>,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(key) = key {
+            r = r.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            r = r.json(&body);
+        }
+        self.send(r).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.request(reqwest::Method::PATCH, path).json(&body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(self.request(reqwest::Method::DELETE, path)).await
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {

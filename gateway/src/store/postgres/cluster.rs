@@ -66,6 +66,11 @@ impl PgStore {
         self.notify(c, &format!("{}|h|{endpoint}", self.node_id)).await
     }
 
+    /// Tells the other nodes that the endpoints created through the API changed.
+    pub(super) async fn notify_endpoints<C: GenericClient>(&self, c: &C) -> StoreResult<()> {
+        self.notify(c, &format!("{}|c|", self.node_id)).await
+    }
+
     async fn notify<C: GenericClient>(&self, c: &C, payload: &str) -> StoreResult<()> {
         execute(c, "SELECT pg_notify($1, $2)", &[&self.channel, &payload]).await?;
         Ok(())
@@ -93,6 +98,7 @@ fn parse_notice(own_node: &str, payload: &str) -> Option<ClusterNotice> {
             Some(ClusterNotice::Deliveries { ids, own })
         }
         "h" if !own => Some(ClusterNotice::Health(Arc::from(rest))),
+        "c" if !own => Some(ClusterNotice::Endpoints),
         _ => None,
     }
 }

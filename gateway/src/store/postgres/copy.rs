@@ -31,6 +31,7 @@ const TABLES: &[Table] = &[
             "payload",
             "ordering_key",
             "received_at",
+            "tenant",
         ],
         serial: Some("seq"),
     },
@@ -48,6 +49,7 @@ const TABLES: &[Table] = &[
             "created_at",
             "updated_at",
             "round_started_at",
+            "tenant",
         ],
         serial: Some("id"),
     },
@@ -90,6 +92,19 @@ const TABLES: &[Table] = &[
     Table {
         name: "idempotency",
         columns: &["scope", "key", "request_hash", "status", "response", "created_at"],
+        serial: None,
+    },
+    Table {
+        name: "api_endpoints",
+        columns: &[
+            "name",
+            "tenant",
+            "spec",
+            "retiring_secret",
+            "retiring_until",
+            "created_at",
+            "updated_at",
+        ],
         serial: None,
     },
 ];

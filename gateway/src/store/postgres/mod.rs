@@ -164,7 +164,7 @@ fn millis(t: Option<Timestamp>) -> Option<i64> {
 }
 
 const EVENT_COLUMNS: &str =
-    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at";
+    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, e.tenant";
 
 fn event_from_row(row: &Row, first: usize) -> Event {
     Event {
@@ -175,11 +175,12 @@ fn event_from_row(row: &Row, first: usize) -> Event {
         payload: Bytes::from(row.get::<_, Vec<u8>>(first + 4)),
         ordering_key: row.get(first + 5),
         received_at: ts(row, first + 6),
+        tenant: row.get(first + 7),
     }
 }
 
 const DELIVERY_COLUMNS: &str = "d.id, e.id, e.topic, e.event_type, d.endpoint, d.status, d.round, d.attempt_count, \
-     d.next_attempt_at, d.last_error, d.created_at, d.updated_at";
+     d.next_attempt_at, d.last_error, d.created_at, d.updated_at, d.tenant";
 
 fn delivery_from_row(row: &Row) -> StoreResult<DeliveryRow> {
     Ok(DeliveryRow {
@@ -195,6 +196,7 @@ fn delivery_from_row(row: &Row) -> StoreResult<DeliveryRow> {
         last_error: row.get(9),
         created_at: ts(row, 10),
         updated_at: ts(row, 11),
+        tenant: row.get(12),
     })
 }
 
@@ -305,8 +307,8 @@ async fn insert_idempotency<C: GenericClient>(c: &C, r: &IdempotencyRecord) -> S
 async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> StoreResult<i64> {
     let row = query_opt(
         c,
-        "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (topic, id) DO NOTHING RETURNING seq",
+        "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (topic, id) DO NOTHING RETURNING seq",
         &[
             &event.id,
             &event.topic,
@@ -315,6 +317,7 @@ async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> StoreResult<i64
             &&event.payload[..],
             &event.ordering_key,
             &event.received_at.as_millis(),
+            &event.tenant,
         ],
     )
     .await?;
@@ -327,14 +330,14 @@ async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> StoreResult<i64
 async fn insert_delivery<C: GenericClient>(
     c: &C,
     event_seq: i64,
-    endpoint: &str,
+    target: &Target,
     now: Timestamp,
 ) -> StoreResult<DeliveryId> {
     let row = query(
         c,
-        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at)
-         VALUES ($1, $2, 'pending', 1, 0, $3, $3, $3, $3) RETURNING id",
-        &[&event_seq, &endpoint, &now.as_millis()],
+        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at, tenant)
+         VALUES ($1, $2, 'pending', 1, 0, $3, $3, $3, $3, $4) RETURNING id",
+        &[&event_seq, &&*target.endpoint, &now.as_millis(), &target.tenant.as_deref()],
     )
     .await?;
     Ok(DeliveryId(row[0].get(0)))
@@ -598,9 +601,9 @@ impl Store for PgStore {
         let mut out = Vec::with_capacity(batch.items.iter().map(|i| i.endpoints.len()).sum());
         for item in &batch.items {
             let seq = insert_event(&tx, &item.event).await?;
-            for endpoint in &item.endpoints {
-                let id = insert_delivery(&tx, seq, endpoint, batch.now).await?;
-                out.push(ready(id, endpoint.clone(), item.event.clone(), batch.now));
+            for target in &item.endpoints {
+                let id = insert_delivery(&tx, seq, target, batch.now).await?;
+                out.push(ready(id, target.endpoint.clone(), item.event.clone(), batch.now));
             }
         }
         if let Some(record) = &batch.idempotency {
@@ -687,12 +690,11 @@ impl Store for PgStore {
 
     async fn create_deliveries(
         &self,
-        endpoint: &str,
+        target: Target,
         events: Vec<Arc<Event>>,
         idempotency: Option<(IdempotencyRecord, AnswerFn)>,
         now: Timestamp,
     ) -> StoreResult<IngestOutcome> {
-        let endpoint: Arc<str> = Arc::from(endpoint);
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         if let Some((record, _)) = &idempotency
@@ -710,8 +712,8 @@ impl Store for PgStore {
             .await?;
             // An event purged since the window was read is simply not replayed.
             let Some(seq) = seq else { continue };
-            let id = insert_delivery(&tx, seq.get(0), &endpoint, now).await?;
-            out.push(ready(id, endpoint.clone(), event, now));
+            let id = insert_delivery(&tx, seq.get(0), &target, now).await?;
+            out.push(ready(id, target.endpoint.clone(), event, now));
         }
         if let Some((mut record, answer)) = idempotency {
             record.response = answer(&out);
@@ -812,6 +814,7 @@ impl Store for PgStore {
                 "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
                  WHERE ($1::TEXT IS NULL OR d.endpoint = $1) AND ($2::TEXT IS NULL OR d.status = $2)
                    AND ($3::TEXT IS NULL OR e.id = $3) AND ($4::BIGINT IS NULL OR d.id < $4)
+                   AND ($6::TEXT IS NULL OR d.tenant = $6)
                  ORDER BY d.id DESC LIMIT $5"
             ),
             &[
@@ -820,6 +823,7 @@ impl Store for PgStore {
                 &filter.event_id,
                 &filter.before.map(|d| d.0),
                 &i64::from(filter.limit),
+                &filter.tenant,
             ],
         )
         .await?;
@@ -930,6 +934,90 @@ impl Store for PgStore {
     async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
         let conn = self.conn().await?;
         idempotency_lookup(&conn, scope, key).await
+    }
+
+    async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at
+             FROM api_endpoints ORDER BY name",
+            &[],
+        )
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ApiEndpointRow {
+                name: r.get(0),
+                tenant: r.get(1),
+                spec: r.get(2),
+                retiring: r.get::<_, Option<String>>(3).zip(opt_ts(r, 4)),
+                created_at: ts(r, 5),
+                updated_at: ts(r, 6),
+            })
+            .collect())
+    }
+
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, replace: bool) -> StoreResult<()> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let (secret, until) = row.retiring.clone().unzip();
+        let until = millis(until);
+        let changed = if replace {
+            execute(
+                &tx,
+                "UPDATE api_endpoints SET tenant = $2, spec = $3, retiring_secret = $4, retiring_until = $5,
+                        updated_at = $6 WHERE name = $1",
+                &[
+                    &row.name,
+                    &row.tenant,
+                    &row.spec,
+                    &secret,
+                    &until,
+                    &row.updated_at.as_millis(),
+                ],
+            )
+            .await?
+        } else {
+            execute(
+                &tx,
+                "INSERT INTO api_endpoints (name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
+                &[
+                    &row.name,
+                    &row.tenant,
+                    &row.spec,
+                    &secret,
+                    &until,
+                    &row.created_at.as_millis(),
+                    &row.updated_at.as_millis(),
+                ],
+            )
+            .await?
+        };
+        match (changed, replace) {
+            (0, true) => return Err(StoreError::NotFound(format!("endpoint `{}`", row.name))),
+            (0, false) => {
+                return Err(StoreError::Conflict(format!(
+                    "an endpoint named `{}` exists",
+                    row.name
+                )));
+            }
+            _ => {}
+        }
+        self.notify_endpoints(&tx).await?;
+        self.commit(tx).await
+    }
+
+    async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let removed = execute(&tx, "DELETE FROM api_endpoints WHERE name = $1", &[&name]).await?;
+        if removed == 0 {
+            return Err(StoreError::NotFound(format!("endpoint `{name}`")));
+        }
+        self.notify_endpoints(&tx).await?;
+        self.commit(tx).await
     }
 
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {

@@ -113,6 +113,22 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX endpoint_leases_by_node ON endpoint_leases (node);
     "#,
+    // 4: tenants on events and deliveries (a delivery's is its endpoint's), and the endpoints
+    // created through the API.
+    r#"
+    ALTER TABLE events ADD COLUMN tenant TEXT;
+    ALTER TABLE deliveries ADD COLUMN tenant TEXT;
+    CREATE INDEX deliveries_by_tenant ON deliveries (tenant, id) WHERE tenant IS NOT NULL;
+    CREATE TABLE api_endpoints (
+        name             TEXT PRIMARY KEY,
+        tenant           TEXT,
+        spec             TEXT   NOT NULL,
+        retiring_secret  TEXT,
+        retiring_until   BIGINT,
+        created_at       BIGINT NOT NULL,
+        updated_at       BIGINT NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this gateway writes.

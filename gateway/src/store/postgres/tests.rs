@@ -84,6 +84,7 @@ fn event(id: &str) -> Arc<Event> {
         payload: Bytes::from_static(b"{}"),
         ordering_key: None,
         received_at: Timestamp::from_millis(1_767_225_600_000),
+        tenant: None,
     })
 }
 
@@ -91,7 +92,7 @@ fn batch(id: &str) -> IngestBatch {
     IngestBatch {
         items: vec![IngestItem {
             event: event(id),
-            endpoints: vec![Arc::from("e")],
+            endpoints: vec![Target::untenanted("e")],
         }],
         idempotency: None,
         now: Timestamp::from_millis(1_767_225_600_000),

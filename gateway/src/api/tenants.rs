@@ -1,0 +1,105 @@
+//! Tenants: console tokens that open the console for one tenant (README "Webhooks for your
+//! customers").
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::tokens::TokenKeys;
+use super::{ApiError, AppState};
+use crate::model::Timestamp;
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(console_token))
+}
+
+/// A console token lives this long unless the request says.
+const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+/// And at most this long.
+const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConsoleTokenIn {
+    /// How long the token holds, e.g. `1h` (the default); at most `7d`.
+    ttl: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct ConsoleToken {
+    /// `hgc_…`: send as `Authorization: Bearer <token>`, or open `url`.
+    pub(crate) token: String,
+    /// The console, signed in as the tenant.
+    pub(crate) url: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) expires_at: Timestamp,
+}
+
+/// A signed, expiring token that grants what a key of the tenant grants (its endpoints,
+/// deliveries and events, nothing else), to embed in a product as its customer's webhook
+/// portal. Admin keys only.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/console-token", tag = "tenants",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Option<ConsoleTokenIn>, description = "Optional ttl"),
+    responses((status = 200, description = "The token and its console link", body = ConsoleToken),
+              (status = 400, description = "A bad tenant name or ttl", body = super::error::ErrorBody),
+              (status = 403, description = "Not an admin key", body = super::error::ErrorBody)))]
+async fn console_token(
+    State(state): State<AppState>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<ConsoleToken>, ApiError> {
+    if !valid_tenant(&tenant) {
+        return Err(ApiError::bad_request(
+            "invalid_tenant",
+            "a tenant is 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`",
+        ));
+    }
+    let input: ConsoleTokenIn = if body.iter().all(u8::is_ascii_whitespace) {
+        ConsoleTokenIn::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request("malformed_body", format!("not a console token request: {e}"))
+        })?
+    };
+    let ttl = match input.ttl.as_deref() {
+        None => DEFAULT_TTL,
+        Some(text) => crate::policy::parse_duration(text)
+            .ok()
+            .filter(|d| !d.is_zero() && *d <= MAX_TTL)
+            .ok_or_else(|| {
+                ApiError::bad_request("invalid_ttl", format!("ttl `{text}` must be a duration up to 7d"))
+            })?,
+    };
+    let config = state.config.load();
+    let expires_at = state.clock.now().plus(ttl);
+    let token = TokenKeys::of(&config.server, &state.console_fallback_key).issue(&tenant, expires_at);
+    // Without `server.public_url`, the address the admin reached this gateway at.
+    let base = config.server.public_url.clone().unwrap_or_else(|| {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+        format!(
+            "http://{}",
+            host.map_or_else(|| config.server.listen.to_string(), str::to_owned)
+        )
+    });
+    Ok(Json(ConsoleToken {
+        url: format!("{base}/console/#token={token}"),
+        token,
+        expires_at,
+    }))
+}
+
+/// Tenants are named like endpoints.
+fn valid_tenant(tenant: &str) -> bool {
+    !tenant.is_empty()
+        && tenant.len() <= 128
+        && tenant
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
