@@ -23,6 +23,21 @@ use crate::store::{
     Target,
 };
 
+/// The events of `endpoint`'s topics in a time window that it would receive: its type filter
+/// and its tenant.
+fn replay_window(endpoint: &EndpointConfig) -> impl Fn(Timestamp, Timestamp) -> ReplayWindow + use<> {
+    let ep = endpoint.clone();
+    let topics = endpoint.topics.clone();
+    let matcher: Arc<dyn Fn(&Event) -> bool + Send + Sync> =
+        Arc::new(move |e: &Event| ep.matches_type(&e.event_type) && ep.accepts_tenant(e.tenant.as_deref()));
+    move |since, until| ReplayWindow {
+        topics: topics.clone(),
+        since,
+        until,
+        matches: matcher.clone(),
+    }
+}
+
 /// How far back a replay may reach.
 pub const REPLAY_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
 /// How many events one replay re-sends at most (and how many dead deliveries one redrive).
@@ -198,6 +213,17 @@ impl Recovery {
         self.queue_replay(endpoint, since, until, idempotency).await
     }
 
+    /// What a replay of this window would send now, without sending it: how many events, and
+    /// where a second replay would continue when the window holds more than one sends.
+    pub async fn replay_preview(
+        &self,
+        endpoint: &EndpointConfig,
+        (since, until): (Timestamp, Timestamp),
+    ) -> Result<(usize, Option<Timestamp>), RecoveryError> {
+        let (events, continue_from) = self.replay_batch(replay_window(endpoint), since, until).await?;
+        Ok((events.len(), continue_from))
+    }
+
     /// Makes a paused or disabled endpoint active again and, with `replay_since`, re-sends the
     /// matching events since then. A bad `replay_since` changes nothing.
     pub async fn reenable(
@@ -236,19 +262,7 @@ impl Recovery {
         until: Timestamp,
         idempotency: Option<(IdempotencyRecord, ReplayAnswer)>,
     ) -> Result<Replay, RecoveryError> {
-        let matcher = {
-            let ep = endpoint.clone();
-            Arc::new(move |e: &Event| {
-                ep.matches_type(&e.event_type) && ep.accepts_tenant(e.tenant.as_deref())
-            })
-        };
-        let window = |since: Timestamp, until: Timestamp| ReplayWindow {
-            topics: endpoint.topics.clone(),
-            since,
-            until,
-            matches: matcher.clone(),
-        };
-        let (events, continue_from) = self.replay_batch(window, since, until).await?;
+        let (events, continue_from) = self.replay_batch(replay_window(endpoint), since, until).await?;
         let name = endpoint.name.to_string();
         let summary = move |ready: &[ReadyDelivery]| Replayed {
             endpoint: name.clone(),

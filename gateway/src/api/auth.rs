@@ -54,9 +54,11 @@ pub(crate) fn tenant_may_call(method: &axum::http::Method, path: &str) -> bool {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
         ["v1", "topics", _, "events"] | ["v1", "topics", _, "events", "batch"] => method == Method::POST,
-        ["v1", "topics"] | ["v1", "policies"] | ["v1", "policies", _, "preview"] | ["v1", "events", _] => {
-            method == Method::GET
-        }
+        ["v1", "topics"]
+        | ["v1", "policies"]
+        | ["v1", "policies", _, "preview" | "chart.svg"]
+        | ["v1", "events", _]
+        | ["v1", "stats"] => method == Method::GET,
         ["v1", "deliveries", ..] | ["v1", "endpoints", ..] => true,
         _ => false,
     }

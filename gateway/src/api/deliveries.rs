@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView, Summary};
 use super::{ApiError, AppState};
-use crate::model::{DeliveryId, DeliveryStatus};
+use crate::model::{DeliveryId, DeliveryStatus, Timestamp};
 use crate::store::DeliveryFilter;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
@@ -36,10 +36,21 @@ pub(crate) struct ListQuery {
     /// Only deliveries to this tenant's endpoints (admin keys; a tenant's key always sees only
     /// its own).
     tenant: Option<String>,
+    /// Only deliveries of events of this type.
+    event_type: Option<String>,
+    /// Only deliveries made at or after this RFC 3339 time.
+    since: Option<String>,
+    /// Only deliveries made before this RFC 3339 time.
+    until: Option<String>,
     /// Page size, 1-1000 (default 50).
     limit: Option<u32>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
+}
+
+fn time_param(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    Timestamp::parse_rfc3339(text)
+        .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
 }
 
 pub(super) fn parse_delivery_id(text: &str) -> Result<DeliveryId, ApiError> {
@@ -99,6 +110,9 @@ async fn list_deliveries(
             status,
             event_id: q.event_id,
             tenant: caller.tenant_filter(q.tenant),
+            event_type: q.event_type,
+            since: q.since.as_deref().map(|t| time_param("since", t)).transpose()?,
+            until: q.until.as_deref().map(|t| time_param("until", t)).transpose()?,
             before,
             limit,
         })

@@ -33,6 +33,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_endpoints, create_endpoint))
         .routes(routes!(get_endpoint, update_endpoint, delete_endpoint))
         .routes(routes!(rotate_secret))
+        .routes(routes!(replay_preview))
         .routes(routes!(test_endpoint))
         .routes(routes!(reenable))
         .routes(routes!(replay))
@@ -436,6 +437,51 @@ async fn replay(
         }
         Replay::Earlier(first) => Ok(idempotency::replay(&first)),
     }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct ReplayPreviewQuery {
+    /// RFC 3339; at most 7 days back. Required.
+    since: Option<String>,
+    /// RFC 3339; default now.
+    until: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ReplayPreview {
+    /// How many events a replay of the window would send now.
+    events: usize,
+    /// Set when the window holds more than one replay sends: where the next would continue.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    continue_from: Option<Timestamp>,
+}
+
+/// How many events a replay of this window would send, without sending anything (the console
+/// shows it before the operator confirms).
+#[utoipa::path(get, path = "/v1/endpoints/{name}/replay/preview", tag = "endpoints",
+    params(("name" = String, Path, description = "The endpoint's name"), ReplayPreviewQuery),
+    responses((status = 200, description = "What a replay would send", body = ReplayPreview),
+              (status = 400, description = "A bad window", body = super::error::ErrorBody),
+              (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
+async fn replay_preview(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    Query(q): Query<ReplayPreviewQuery>,
+) -> Result<Json<ReplayPreview>, ApiError> {
+    let ep = visible(&state, &caller, &name)?;
+    let since = q
+        .since
+        .as_deref()
+        .ok_or_else(|| ApiError::bad_request("invalid_window", "`since` is required"))?;
+    let since = parse_time("since", since)?;
+    let until = q.until.as_deref().map(|u| parse_time("until", u)).transpose()?;
+    let window = state.recovery.window(since, until)?;
+    let (events, continue_from) = state.recovery.replay_preview(&ep, window).await?;
+    Ok(Json(ReplayPreview {
+        events,
+        continue_from,
+    }))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -13,6 +13,7 @@ mod idempotency;
 mod ops;
 mod plugins;
 mod policies;
+mod stats;
 mod tenants;
 mod tokens;
 mod topics;
@@ -99,6 +100,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(policies::router())
         .merge(topics::router())
         .merge(tenants::router())
+        .merge(stats::router())
         .merge(ops::router())
         .split_for_parts();
     let doc = Arc::new(openapi.clone());

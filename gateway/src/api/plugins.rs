@@ -27,9 +27,22 @@ pub(crate) struct PluginView {
     loaded_at: Timestamp,
 }
 
+/// A plugin file that failed to load; the previous version, if any, keeps serving.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RejectedView {
+    name: String,
+    /// SHA-256 of the refused file.
+    sha256: String,
+    error: String,
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct PluginList {
     plugins: Vec<PluginView>,
+    /// Files in the folder that failed to load, with why.
+    rejected: Vec<RejectedView>,
     /// The folder that is watched.
     dir: String,
 }
@@ -51,8 +64,19 @@ async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
         })
         .collect();
     plugins.sort_by(|a, b| a.name.cmp(&b.name));
+    let rejected = host
+        .rejected()
+        .into_iter()
+        .map(|r| RejectedView {
+            name: r.name,
+            sha256: hex::encode(r.sha256),
+            error: r.error,
+            at: r.at,
+        })
+        .collect();
     Json(PluginList {
         plugins,
+        rejected,
         dir: host.dir().display().to_string(),
     })
 }

@@ -3,6 +3,8 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -15,6 +17,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_policies))
         .routes(routes!(preview))
+        .routes(routes!(chart))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -68,6 +71,21 @@ fn seconds(d: std::time::Duration) -> serde_json::Number {
     } else {
         serde_json::Number::from_f64(ms as f64 / 1000.0).unwrap_or_else(|| 0.into())
     }
+}
+
+/// A policy's planned attempts as an SVG chart (what `hookgate policy preview --svg` draws).
+#[utoipa::path(get, path = "/v1/policies/{name}/chart.svg", tag = "policies",
+    params(("name" = String, Path, description = "A preset or a configured policy")),
+    responses((status = 200, description = "The chart", content_type = "image/svg+xml", body = String),
+              (status = 404, description = "No such policy", body = super::error::ErrorBody)))]
+async fn chart(State(state): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let config = state.config.load();
+    let policy = config
+        .policies
+        .get(&name)
+        .ok_or_else(|| ApiError::not_found("policy_not_found", format!("no policy `{name}`")))?;
+    let svg = crate::charts::render_preview_svg(policy);
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
 }
 
 /// The planned attempts of a policy, without jitter and with the deadline applied.

@@ -160,6 +160,16 @@ impl fmt::Display for World {
     }
 }
 
+/// A plugin file that failed to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub name: String,
+    pub sha256: [u8; 32],
+    /// Why, as logged.
+    pub error: String,
+    pub at: Timestamp,
+}
+
 /// A loaded plugin, as the API and CLI show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LoadedInfo {
@@ -350,9 +360,9 @@ struct Inner {
     limits: PluginLimits,
     compiler: Compiler,
     registry: ArcSwap<PluginMap>,
-    /// Files that failed to load, by name, with the SHA-256 that failed: the same content is
-    /// not retried (nor logged again) until it changes.
-    rejected: std::sync::Mutex<HashMap<String, [u8; 32]>>,
+    /// Files that failed to load, by name, with the SHA-256 that failed and why: the same
+    /// content is not retried (nor logged again) until it changes.
+    rejected: std::sync::Mutex<HashMap<String, Rejected>>,
     calls: tokio::sync::Semaphore,
     /// Each loaded plugin's share of the call slots, by name; replaced with the registry.
     plugin_slots: ArcSwap<HashMap<String, Arc<PluginSlots>>>,
@@ -433,6 +443,15 @@ impl PluginHost {
             .collect();
         infos.sort_by(|a, b| a.name.cmp(&b.name));
         infos
+    }
+
+    /// The plugin files that failed to load and have not loaded since, sorted by name: the
+    /// previous version (if any) keeps serving.
+    pub fn rejected(&self) -> Vec<Rejected> {
+        let rejected = self.inner.rejected.lock().expect("rejected-files lock poisoned");
+        let mut list: Vec<Rejected> = rejected.values().cloned().collect();
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        list
     }
 
     /// The world of plugin `name`, if loaded. Config validation uses it: binding a signer as a

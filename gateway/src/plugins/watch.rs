@@ -17,6 +17,7 @@ use super::call::{self, CallError};
 use super::check::sample_input;
 use super::registry::{Loaded, plugin_files};
 use super::{PluginHost, empty_config};
+use crate::model::Timestamp;
 
 /// How long the watcher waits for a burst of folder events to settle before rescanning. A
 /// copy in progress produces a burst; rename-into-place produces one event.
@@ -112,7 +113,7 @@ impl PluginHost {
                         ),
                     }
                     self.inner.metrics.plugin_reload_failures().increment(1);
-                    self.remember_rejection(&name, sha256);
+                    self.remember_rejection(&name, sha256, format!("{e:#}"));
                     changed = true;
                 }
             }
@@ -155,7 +156,8 @@ impl PluginHost {
                         "plugin file refused without compiling it: {size_bytes} bytes is over the limit of {max_file_bytes} bytes"
                     );
                     self.inner.metrics.plugin_reload_failures().increment(1);
-                    self.remember_rejection(name, sha256);
+                    let error = format!("{size_bytes} bytes is over the limit of {max_file_bytes} bytes");
+                    self.remember_rejection(name, sha256, error);
                     *changed = true;
                 }
                 None
@@ -175,12 +177,21 @@ impl PluginHost {
 
     fn rejected_before(&self, name: &str, sha256: &[u8; 32]) -> bool {
         let rejected = self.inner.rejected.lock().expect("rejected-files lock poisoned");
-        rejected.get(name) == Some(sha256)
+        rejected.get(name).is_some_and(|r| r.sha256 == *sha256)
     }
 
-    fn remember_rejection(&self, name: &str, sha256: [u8; 32]) {
+    fn remember_rejection(&self, name: &str, sha256: [u8; 32], error: String) {
         let mut rejected = self.inner.rejected.lock().expect("rejected-files lock poisoned");
-        rejected.insert(name.to_owned(), sha256);
+        let at = Timestamp::from_system_time(std::time::SystemTime::now());
+        rejected.insert(
+            name.to_owned(),
+            super::Rejected {
+                name: name.to_owned(),
+                sha256,
+                error,
+                at,
+            },
+        );
     }
 
     fn forget_rejection(&self, name: &str) {

@@ -266,6 +266,11 @@ pub struct DeliveryFilter {
     pub event_id: Option<String>,
     /// Only deliveries to this tenant's endpoints.
     pub tenant: Option<String>,
+    /// Only deliveries of events of this type.
+    pub event_type: Option<String>,
+    /// Only deliveries made in `[since, until)`.
+    pub since: Option<Timestamp>,
+    pub until: Option<Timestamp>,
     /// Only deliveries older than this one (the cursor of the previous page).
     pub before: Option<DeliveryId>,
     pub limit: u32,
@@ -335,6 +340,22 @@ pub struct RetentionCutoffs {
     pub history_before: Timestamp,
     /// Rows per table per call, so that one call never holds the writer for long.
     pub batch: u32,
+}
+
+/// How many deliveries finished in one time bucket, by how they ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActivityBucket {
+    pub start: Timestamp,
+    pub succeeded: u64,
+    /// `failed` and `dead`.
+    pub failed: u64,
+}
+
+/// Deliveries waiting and dead letters now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub pending: u64,
+    pub dead: u64,
 }
 
 /// An endpoint created through the API, as the store keeps it. The store does not read `spec`:
@@ -426,6 +447,19 @@ pub trait Store: Send + Sync + 'static {
     async fn endpoint_history(&self, endpoint: &str, limit: u32) -> StoreResult<Vec<HistoryEntry>>;
     async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>>;
 
+    /// The deliveries that finished in `[since, since + buckets × bucket)`, counted per bucket
+    /// (of this tenant's endpoints only, with `tenant`).
+    async fn activity(
+        &self,
+        since: Timestamp,
+        bucket: std::time::Duration,
+        buckets: u32,
+        tenant: Option<String>,
+    ) -> StoreResult<Vec<ActivityBucket>>;
+
+    /// Deliveries pending and dead now (of this tenant's endpoints only, with `tenant`).
+    async fn backlog(&self, tenant: Option<String>) -> StoreResult<Backlog>;
+
     /// Every endpoint created through the API, by name.
     async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>>;
 
@@ -452,6 +486,28 @@ pub trait Store: Send + Sync + 'static {
     /// a store only one process can open (SQLite).
     fn cluster(self: Arc<Self>) -> Option<Arc<dyn ClusterStore>> {
         None
+    }
+}
+
+/// `buckets` empty buckets of `width_ms` from `since`, for [`Store::activity`].
+pub(crate) fn activity_buckets(since: Timestamp, width_ms: i64, buckets: u32) -> Vec<ActivityBucket> {
+    (0..i64::from(buckets))
+        .map(|i| ActivityBucket {
+            start: Timestamp::from_millis(since.as_millis() + i * width_ms),
+            ..ActivityBucket::default()
+        })
+        .collect()
+}
+
+/// Adds `n` deliveries that ended in `status` to bucket `i`.
+pub(crate) fn count_activity(buckets: &mut [ActivityBucket], i: i64, status: &str, n: i64) {
+    let Some(bucket) = usize::try_from(i).ok().and_then(|i| buckets.get_mut(i)) else {
+        return;
+    };
+    let n = n.max(0) as u64;
+    match status {
+        "succeeded" => bucket.succeeded += n,
+        _ => bucket.failed += n,
     }
 }
 

@@ -729,7 +729,8 @@ impl Store for SqliteStore {
                 "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
                  WHERE (?1 IS NULL OR d.endpoint = ?1) AND (?2 IS NULL OR d.status = ?2)
                    AND (?3 IS NULL OR e.id = ?3) AND (?4 IS NULL OR d.id < ?4)
-                   AND (?6 IS NULL OR d.tenant = ?6)
+                   AND (?6 IS NULL OR d.tenant = ?6) AND (?7 IS NULL OR e.event_type = ?7)
+                   AND (?8 IS NULL OR d.created_at >= ?8) AND (?9 IS NULL OR d.created_at < ?9)
                  ORDER BY d.id DESC LIMIT ?5"
             ))?;
             let rows = stmt.query_map(
@@ -740,6 +741,9 @@ impl Store for SqliteStore {
                     filter.before.map(|d| d.0),
                     filter.limit,
                     filter.tenant,
+                    filter.event_type,
+                    filter.since.map(Timestamp::as_millis),
+                    filter.until.map(Timestamp::as_millis),
                 ],
                 delivery_from_row,
             )?;
@@ -859,6 +863,52 @@ impl Store for SqliteStore {
         let (scope, key) = (scope.to_owned(), key.to_owned());
         self.read(move |conn| idempotency_lookup(conn, &scope, &key))
             .await
+    }
+
+    async fn activity(
+        &self,
+        since: Timestamp,
+        bucket: std::time::Duration,
+        buckets: u32,
+        tenant: Option<String>,
+    ) -> StoreResult<Vec<ActivityBucket>> {
+        let width = (bucket.as_millis() as i64).max(1);
+        let until = since.as_millis() + width * i64::from(buckets);
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT (updated_at - ?1) / ?2, status, COUNT(*) FROM deliveries
+                 WHERE updated_at >= ?1 AND updated_at < ?3 AND status IN ('succeeded', 'failed', 'dead')
+                   AND (?4 IS NULL OR tenant = ?4)
+                 GROUP BY 1, 2",
+            )?;
+            let rows = stmt.query_map(params![since.as_millis(), width, until, tenant], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
+            })?;
+            let mut out = activity_buckets(since, width, buckets);
+            for row in rows {
+                let (i, status, n) = row?;
+                count_activity(&mut out, i, &status, n);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn backlog(&self, tenant: Option<String>) -> StoreResult<Backlog> {
+        self.read(move |conn| {
+            let count = |status: &str| -> rusqlite::Result<u64> {
+                conn.prepare_cached(
+                    "SELECT COUNT(*) FROM deliveries WHERE status = ?1 AND (?2 IS NULL OR tenant = ?2)",
+                )?
+                .query_row(params![status, tenant], |r| r.get::<_, i64>(0))
+                .map(|n| n.max(0) as u64)
+            };
+            Ok(Backlog {
+                pending: count("pending")?,
+                dead: count("dead")?,
+            })
+        })
+        .await
     }
 
     async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>> {

@@ -31,6 +31,7 @@ mod ops_cli;
 mod ordering;
 mod outbound_auth;
 mod outbound_tls;
+mod overview;
 mod plugin_bindings;
 mod plugins_e2e;
 mod policies;

@@ -55,6 +55,11 @@ async fn hot_reload_follows_drop_replace_corrupt_delete_and_rename_into_place() 
     assert_eq!(host.version_of("hooks").as_deref(), Some(stripe_version.as_str()));
     let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
     assert_eq!(signed_with(&headers), "stripe");
+    // The rejection is listed with its reason (`GET /v1/plugins` and the console show it).
+    let rejected = host.rejected();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].name, "hooks");
+    assert!(!rejected[0].error.is_empty());
 
     // Delete: the plugin is gone, calls fail with `missing`.
     std::fs::remove_file(&path).unwrap();
@@ -76,6 +81,7 @@ async fn hot_reload_follows_drop_replace_corrupt_delete_and_rename_into_place() 
     let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
     assert_eq!(signed_with(&headers), "github");
     assert_eq!(host.version_of("hooks").as_deref(), Some(github_version.as_str()));
+    assert!(host.rejected().is_empty(), "a good file clears the rejection");
 
     shutdown.cancel();
     watcher.await.unwrap();

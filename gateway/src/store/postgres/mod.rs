@@ -165,6 +165,8 @@ fn millis(t: Option<Timestamp>) -> Option<i64> {
 
 const EVENT_COLUMNS: &str =
     "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, e.tenant";
+/// How many columns [`EVENT_COLUMNS`] names: a column selected after them has this index.
+const EVENT_COLUMN_COUNT: usize = 8;
 
 fn event_from_row(row: &Row, first: usize) -> Event {
     Event {
@@ -779,7 +781,10 @@ impl Store for PgStore {
             .await?;
             for row in &rows {
                 let event = event_from_row(row, 0);
-                after = (event.received_at.as_millis(), row.get::<_, i64>(7) + 1);
+                after = (
+                    event.received_at.as_millis(),
+                    row.get::<_, i64>(EVENT_COLUMN_COUNT) + 1,
+                );
                 if (window.matches)(&event) {
                     out.push(Arc::new(event));
                     if out.len() >= limit as usize {
@@ -814,7 +819,8 @@ impl Store for PgStore {
                 "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq
                  WHERE ($1::TEXT IS NULL OR d.endpoint = $1) AND ($2::TEXT IS NULL OR d.status = $2)
                    AND ($3::TEXT IS NULL OR e.id = $3) AND ($4::BIGINT IS NULL OR d.id < $4)
-                   AND ($6::TEXT IS NULL OR d.tenant = $6)
+                   AND ($6::TEXT IS NULL OR d.tenant = $6) AND ($7::TEXT IS NULL OR e.event_type = $7)
+                   AND ($8::BIGINT IS NULL OR d.created_at >= $8) AND ($9::BIGINT IS NULL OR d.created_at < $9)
                  ORDER BY d.id DESC LIMIT $5"
             ),
             &[
@@ -824,6 +830,9 @@ impl Store for PgStore {
                 &filter.before.map(|d| d.0),
                 &i64::from(filter.limit),
                 &filter.tenant,
+                &filter.event_type,
+                &millis(filter.since),
+                &millis(filter.until),
             ],
         )
         .await?;
@@ -934,6 +943,47 @@ impl Store for PgStore {
     async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
         let conn = self.conn().await?;
         idempotency_lookup(&conn, scope, key).await
+    }
+
+    async fn activity(
+        &self,
+        since: Timestamp,
+        bucket: Duration,
+        buckets: u32,
+        tenant: Option<String>,
+    ) -> StoreResult<Vec<ActivityBucket>> {
+        let width = (bucket.as_millis() as i64).max(1);
+        let until = since.as_millis() + width * i64::from(buckets);
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT (updated_at - $1) / $2, status, COUNT(*) FROM deliveries
+             WHERE updated_at >= $1 AND updated_at < $3 AND status IN ('succeeded', 'failed', 'dead')
+               AND ($4::TEXT IS NULL OR tenant = $4)
+             GROUP BY 1, 2",
+            &[&since.as_millis(), &width, &until, &tenant],
+        )
+        .await?;
+        let mut out = activity_buckets(since, width, buckets);
+        for r in &rows {
+            count_activity(&mut out, r.get(0), r.get(1), r.get(2));
+        }
+        Ok(out)
+    }
+
+    async fn backlog(&self, tenant: Option<String>) -> StoreResult<Backlog> {
+        let conn = self.conn().await?;
+        let row = query(
+            &conn,
+            "SELECT COUNT(*) FILTER (WHERE status = 'pending'), COUNT(*) FILTER (WHERE status = 'dead')
+             FROM deliveries WHERE status IN ('pending', 'dead') AND ($1::TEXT IS NULL OR tenant = $1)",
+            &[&tenant],
+        )
+        .await?;
+        Ok(Backlog {
+            pending: row[0].get::<_, i64>(0).max(0) as u64,
+            dead: row[0].get::<_, i64>(1).max(0) as u64,
+        })
     }
 
     async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>> {

@@ -1,0 +1,108 @@
+//! `GET /v1/stats`: what the console's overview shows — deliveries finished over the last hour
+//! or day, what waits, what is dead, endpoints by state.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::Caller;
+use super::{ApiError, AppState};
+use crate::model::Timestamp;
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(stats))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct StatsQuery {
+    /// `hour` (60 buckets of a minute, the default) or `day` (24 buckets of an hour).
+    period: Option<String>,
+    /// Only this tenant's deliveries and endpoints (admin keys; a tenant's key sees its own).
+    tenant: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BucketView {
+    #[schema(value_type = String, format = DateTime)]
+    at: Timestamp,
+    /// Deliveries that ended `succeeded` in this bucket.
+    succeeded: u64,
+    /// Deliveries that ended `failed` or `dead`.
+    failed: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct StatsView {
+    period: String,
+    bucket_seconds: u64,
+    buckets: Vec<BucketView>,
+    /// Deliveries waiting for an attempt now.
+    pending: u64,
+    /// Dead letters, to redrive.
+    dead: u64,
+    /// Endpoints per state (`active`, `degraded`, `paused`, `disabled`).
+    endpoints: BTreeMap<String, u64>,
+}
+
+/// Deliveries finished per minute over the last hour (or per hour over the last day), the
+/// backlog, and endpoints by state.
+#[utoipa::path(get, path = "/v1/stats", tag = "ops", params(StatsQuery),
+    responses((status = 200, description = "Activity and backlog", body = StatsView),
+              (status = 400, description = "An unknown period", body = super::error::ErrorBody)))]
+async fn stats(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<StatsQuery>,
+) -> Result<Json<StatsView>, ApiError> {
+    let (period, bucket, buckets) = match q.period.as_deref().unwrap_or("hour") {
+        "hour" => ("hour", Duration::from_secs(60), 60),
+        "day" => ("day", Duration::from_secs(3600), 24),
+        other => {
+            return Err(ApiError::bad_request(
+                "invalid_period",
+                format!("unknown period `{other}` (hour, day)"),
+            ));
+        }
+    };
+    let tenant = caller.tenant_filter(q.tenant);
+    let now = state.clock.now();
+    // Whole buckets, the current one last.
+    let width = bucket.as_millis() as i64;
+    let current = now.as_millis() - now.as_millis().rem_euclid(width);
+    let since = Timestamp::from_millis(current - width * (buckets as i64 - 1));
+    let activity = state
+        .store
+        .activity(since, bucket, buckets, tenant.clone())
+        .await?;
+    let backlog = state.store.backlog(tenant.clone()).await?;
+    let config = state.config.load_full();
+    let mut endpoints = BTreeMap::new();
+    for ep in config.endpoints.values() {
+        if tenant.is_some() && ep.tenant.as_deref() != tenant.as_deref() {
+            continue;
+        }
+        let health = state.health_of(&ep.name).await;
+        *endpoints.entry(health.state.as_str().to_owned()).or_default() += 1;
+    }
+    Ok(Json(StatsView {
+        period: period.to_owned(),
+        bucket_seconds: bucket.as_secs(),
+        buckets: activity
+            .into_iter()
+            .map(|b| BucketView {
+                at: b.start,
+                succeeded: b.succeeded,
+                failed: b.failed,
+            })
+            .collect(),
+        pending: backlog.pending,
+        dead: backlog.dead,
+        endpoints,
+    }))
+}
