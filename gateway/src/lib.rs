@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cluster;
 pub mod commit;
 pub mod config;
+pub mod console;
 pub mod delivery;
 pub mod endpoint_admin;
 pub mod health;

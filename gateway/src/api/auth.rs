@@ -47,6 +47,10 @@ impl Caller {
 
 const OPEN_PATHS: &[&str] = &["/healthz", "/metrics", "/openapi.json"];
 
+/// Open paths beside [`OPEN_PATHS`]: the console's static files, which hold no data (the
+/// console calls the API with the user's key or token like any client).
+const OPEN_PREFIXES: &[&str] = &["/console"];
+
 /// The routes a tenant caller may call; every other route is an admin's. New routes are
 /// admin-only until listed here (and scoped in their handler).
 pub(crate) fn tenant_may_call(method: &axum::http::Method, path: &str) -> bool {
@@ -58,7 +62,8 @@ pub(crate) fn tenant_may_call(method: &axum::http::Method, path: &str) -> bool {
         | ["v1", "policies"]
         | ["v1", "policies", _, "preview" | "chart.svg"]
         | ["v1", "events", _]
-        | ["v1", "stats"] => method == Method::GET,
+        | ["v1", "stats"]
+        | ["v1", "me"] => method == Method::GET,
         ["v1", "deliveries", ..] | ["v1", "endpoints", ..] => true,
         _ => false,
     }
@@ -76,7 +81,11 @@ pub(super) async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    if OPEN_PATHS.contains(&request.uri().path())
+    let path = request.uri().path();
+    if OPEN_PATHS.contains(&path)
+        || OPEN_PREFIXES
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}/")))
         || (config.server.api_keys.is_empty()
             && !presented.is_some_and(|p| p.starts_with(CONSOLE_TOKEN_PREFIX)))
     {

@@ -112,6 +112,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
                 async move { axum::Json(doc.as_ref().clone()) }
             }),
         )
+        .merge(crate::console::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

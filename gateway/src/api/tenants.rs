@@ -1,21 +1,45 @@
 //! Tenants: console tokens that open the console for one tenant (README "Webhooks for your
 //! customers").
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
+use axum::{Extension, Json};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::auth::Caller;
 use super::tokens::TokenKeys;
 use super::{ApiError, AppState};
 use crate::model::Timestamp;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(console_token))
+    OpenApiRouter::new()
+        .routes(routes!(console_token))
+        .routes(routes!(me))
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct Me {
+    /// True for an admin key (or no keys configured): everything.
+    pub(crate) admin: bool,
+    /// The tenant a tenant's key or console token is limited to.
+    pub(crate) tenant: Option<String>,
+}
+
+/// Who the presented key or token stands for: an admin, or a tenant (the console shows what
+/// each may do).
+#[utoipa::path(get, path = "/v1/me", tag = "tenants",
+    responses((status = 200, description = "The caller", body = Me),
+              (status = 401, description = "No key, or an expired console token", body = super::error::ErrorBody),
+              (status = 403, description = "A wrong key or token", body = super::error::ErrorBody)))]
+async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
+    Json(Me {
+        admin: caller.tenant.is_none(),
+        tenant: caller.tenant,
+    })
 }
 
 /// A console token lives this long unless the request says.

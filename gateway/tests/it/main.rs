@@ -8,6 +8,8 @@ mod plugin_build;
 mod support;
 #[path = "../support/tls.rs"]
 mod tls;
+#[path = "../support/webdriver.rs"]
+mod webdriver;
 
 mod auth;
 mod backpressure;
@@ -15,6 +17,7 @@ mod bad_input;
 mod binary;
 mod cluster;
 mod connections;
+mod console;
 mod crash_recovery;
 mod dead_letter;
 mod disk_faults;

@@ -1,0 +1,266 @@
+//! The web console in a real headless Chromium (WebDriver through chromedriver): the flows an
+//! operator and a tenant's customer go through. Skipped, saying so, without a browser; CI
+//! installs one and makes its absence a failure. With `HOOKGATE_CONSOLE_SCREENSHOTS=DIR` the
+//! tests save the screenshots the README shows.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Reply, START, Sink, TestGateway, WAIT, wait_state};
+use crate::webdriver::Browser;
+
+const ADMIN: &str = "admin-key-0123456789";
+
+async fn browser() -> Option<Browser> {
+    Browser::start(1280, 860).await
+}
+
+/// Signs in on the sign-in page with `key`.
+async fn sign_in(browser: &Browser, gw: &TestGateway, key: &str) {
+    browser.goto(&format!("{}/console/", gw.base)).await;
+    browser.fill("#credential", key).await;
+    browser.click("button[type=submit]").await;
+}
+
+/// Sets a `datetime-local` field to an RFC 3339 time, in the browser's zone.
+async fn set_time(browser: &Browser, css: &str, rfc3339: &str) {
+    browser.find(css).await;
+    browser
+        .execute(
+            "const d = new Date(arguments[1]); const e = document.querySelector(arguments[0]); \
+             e.value = new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16); \
+             e.dispatchEvent(new Event('change', {bubbles: true}));",
+            json!([css, rfc3339]),
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delivery() {
+    let Some(browser) = browser().await else { return };
+    let sink = Sink::start().await;
+    let ledger = Sink::start().await;
+    // The wall clock's time, so that the screenshots read "2 min ago".
+    let now = hookgate::model::Timestamp::from_system_time(std::time::SystemTime::now());
+    let gw = TestGateway::start_in(
+        std::sync::Arc::new(tempfile::tempdir().unwrap()),
+        &format!(
+            "server:\n  api_keys: [{ADMIN}]\npolicies:\n  once:\n    schedule: [0s]\ntopics:\n  orders: {{}}\n  ledger: {{}}\n\
+             endpoints:\n  ledger:\n    url: {}\n    topics: [ledger]\n    policy: once\n",
+            ledger.url("/ledger")
+        ),
+        hookgate::clock::ManualClock::new(now),
+    )
+    .await;
+
+    // A wrong key is refused with the API's reason; the right one opens the overview.
+    sign_in(&browser, &gw, "wrong-key").await;
+    browser.wait_for_text("the API key is not valid").await;
+    browser.screenshot("signin").await;
+    browser.fill("#credential", ADMIN).await;
+    browser.click("button[type=submit]").await;
+    browser.wait_for_text("delivered in the last hour").await;
+    assert!(browser.page_text().await.contains("Admin"));
+
+    // Create an endpoint: the secret is shown once.
+    browser.click("a[href='#/endpoints']").await;
+    browser.click("#new-endpoint").await;
+    browser.fill("#f-name", "shop").await;
+    browser.fill("#f-url", &sink.url("/shop")).await;
+    browser.fill("#f-description", "the shop's order feed").await;
+    browser.click("input[name=topic][value=orders]").await;
+    browser.click("#save-endpoint").await;
+    browser.wait_for_text("Created shop").await;
+    let secret = browser.find("[data-secret]").await.text().await;
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    browser.click("#to-endpoint").await;
+    browser.wait_for_text("the shop's order feed").await;
+    browser.click("#test").await;
+    browser.wait_for_text("Delivered: 200").await;
+    assert_eq!(sink.count(), 1);
+
+    // A failing receiver: the delivery shows its attempt and the error.
+    sink.always(Reply::status(500).with_body("database is down"));
+    let (status, _) = gw
+        .post(
+            "/v1/topics/orders/events",
+            json!({"type": "order.created", "payload": {"id": 42}}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    sink.wait_for(2, WAIT).await;
+    gw.settle().await;
+    browser.goto(&format!("{}/console/#/deliveries", gw.base)).await;
+    browser.wait_for_text("order.created").await;
+    browser.screenshot("deliveries").await;
+    browser.click("table a[href^='#/deliveries/dlv_']").await;
+    browser.wait_for_text("database is down").await;
+    assert!(browser.page_text().await.contains("500"));
+    browser.screenshot("delivery-failed").await;
+
+    // Fixed: redeliver from the console, and see it succeed.
+    sink.always(Reply::status(200));
+    browser.click("#redeliver").await;
+    sink.wait_for(3, WAIT).await;
+    browser.wait_for_text("Round 2, attempt 1").await;
+    browser.screenshot("delivery").await;
+
+    // Some traffic for the overview: an hour of a ledger feed, a few of its deliveries failing.
+    for minute in 0..30u64 {
+        ledger.script(
+            (0..minute % 4 + 1).map(|i| Reply::status(if (minute + i) % 9 == 0 { 503 } else { 200 })),
+        );
+        for _ in 0..minute % 4 + 1 {
+            gw.ingest("ledger", "entry.posted", json!({"minute": minute}))
+                .await;
+        }
+        gw.settle().await;
+        gw.advance(Duration::from_secs(120)).await;
+    }
+    // The overview counts it; the endpoints list shows the endpoint as active.
+    gw.settle().await;
+    browser.goto(&format!("{}/console/#/overview", gw.base)).await;
+    browser.wait_for_text("Last day").await;
+    browser.screenshot("overview").await;
+    browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
+    browser.wait_for_text("shop").await;
+    browser.screenshot("endpoints").await;
+    browser.goto(&format!("{}/console/#/policies", gw.base)).await;
+    browser.find(".svg-chart svg").await;
+    browser.screenshot("policies").await;
+
+    // At a phone's width the same page still reads.
+    browser.set_window(390, 844).await;
+    browser
+        .goto(&format!("{}/console/#/endpoints/shop", gw.base))
+        .await;
+    browser.wait_for_text("Health history").await;
+    browser.screenshot("endpoint-phone").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_endpoint_is_reenabled_with_replay_and_a_window_replayed_after_its_count() {
+    let Some(browser) = browser().await else { return };
+    let sink = Sink::start().await;
+    sink.always(Reply::status(500));
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{ADMIN}]\nhealth:\n  degrade_after_failures: 1\n  pause_after: 1h\n  pause_min_failures: 1\n\
+         policies:\n  once:\n    schedule: [0s]\ntopics:\n  t: {{}}\nendpoints:\n  billing:\n    url: {}\n    topics: [t]\n    policy: once\n",
+        sink.url("/billing")
+    ))
+    .await;
+    gw.ingest("t", "invoice.created", json!({"n": 1})).await;
+    sink.wait_for(1, WAIT).await;
+    wait_state(&gw, "billing", "degraded").await;
+    gw.advance(Duration::from_secs(3600)).await;
+    wait_state(&gw, "billing", "paused").await;
+    // Missed while paused: not even queued.
+    gw.ingest("t", "invoice.created", json!({"n": 2})).await;
+    gw.ingest("t", "invoice.created", json!({"n": 3})).await;
+    sink.always(Reply::status(200));
+
+    sign_in(&browser, &gw, ADMIN).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    browser
+        .goto(&format!("{}/console/#/endpoints/billing", gw.base))
+        .await;
+    browser.wait_for_text("Re-enable").await;
+    browser.screenshot("endpoint-paused").await;
+    set_time(
+        &browser,
+        "#replay-since",
+        &START.plus(Duration::from_secs(60)).to_rfc3339(),
+    )
+    .await;
+    browser.click("#reenable").await;
+    browser.wait_for_text("2 missed events queued").await;
+    browser.find("h1 .badge.active").await;
+    let received = sink.wait_for(3, WAIT).await;
+    let mut missed: Vec<i64> = received[1..]
+        .iter()
+        .map(|r| r.json()["n"].as_i64().unwrap())
+        .collect();
+    missed.sort();
+    assert_eq!(missed, [2, 3]);
+
+    // Replay a window: the count comes first, and only the confirmation sends.
+    gw.settle().await;
+    browser.wait_for_text("Replay a window").await;
+    set_time(&browser, "#window-since", &START.to_rfc3339()).await;
+    browser.click("#replay-count-button").await;
+    browser.wait_for_text("3 events in this window").await;
+    assert_eq!(sink.count(), 3, "counting sends nothing");
+    browser.screenshot("replay").await;
+    browser.click("#replay-send").await;
+    browser.wait_for_text("3 events queued again").await;
+    sink.wait_for(6, WAIT).await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_link_shows_one_tenant_and_is_refused_once_expired() {
+    let Some(browser) = browser().await else { return };
+    let sink = Sink::start().await;
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{ADMIN}]\ntopics:\n  t: {{}}\nendpoints:\n  acme-hooks:\n    url: {}\n    topics: [t]\n    tenant: acme\n\
+         \x20 globex-hooks:\n    url: {}\n    topics: [t]\n    tenant: globex\n",
+        sink.url("/acme"),
+        sink.url("/globex")
+    ))
+    .await;
+    for tenant in ["acme", "globex"] {
+        let (status, _) = gw
+            .post(
+                "/v1/topics/t/events",
+                json!({"type": "x", "payload": {}, "tenant": tenant}),
+            )
+            .await;
+        assert_eq!(status, 202);
+    }
+    sink.wait_for(2, WAIT).await;
+    gw.settle().await;
+    let (status, link) = gw
+        .post("/v1/tenants/acme/console-token", json!({"ttl": "1h"}))
+        .await;
+    assert_eq!(status, 200, "{link}");
+    let token = link["token"].as_str().unwrap();
+
+    browser.goto(&format!("{}/console/#token={token}", gw.base)).await;
+    browser.wait_for_text("Tenant acme").await;
+    let url: String = browser
+        .execute("return location.href", json!([]))
+        .await
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!url.contains("hgc_"), "the token leaves the address bar: {url}");
+    browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
+    browser.wait_for_text("acme-hooks").await;
+    browser.screenshot("tenant-endpoints").await;
+    let page = browser.page_text().await;
+    assert!(!page.contains("globex"), "{page}");
+    assert!(
+        !browser.has("a[href='#/plugins']").await,
+        "no admin sections for a tenant"
+    );
+    browser.goto(&format!("{}/console/#/deliveries", gw.base)).await;
+    browser.wait_for_text("acme-hooks").await;
+    assert!(!browser.page_text().await.contains("globex"));
+    browser
+        .goto(&format!("{}/console/#/endpoints/globex-hooks", gw.base))
+        .await;
+    browser.wait_for_text("endpoint_not_found").await;
+
+    // An hour later the open console signs out, and the link no longer opens anything.
+    gw.advance(Duration::from_secs(3600)).await;
+    browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
+    browser.wait_for_text("This console link has expired").await;
+    assert!(!browser.page_text().await.contains("acme-hooks"));
+    browser.goto("about:blank").await;
+    browser.goto(&format!("{}/console/#token={token}", gw.base)).await;
+    browser.wait_for_text("This console link has expired").await;
+    browser.screenshot("expired").await;
+    browser.close().await;
+}
