@@ -58,8 +58,9 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     sign_in(&browser, &gw, "wrong-key").await;
     browser.wait_for_text("the API key is not valid").await;
     browser.screenshot("signin").await;
+    // With the keyboard alone: type the key, press Enter.
     browser.fill("#credential", ADMIN).await;
-    browser.click("button[type=submit]").await;
+    browser.find("#credential").await.send_keys("\u{E007}").await;
     browser.wait_for_text("delivered in the last hour").await;
     assert!(browser.page_text().await.contains("Admin"));
 
@@ -79,6 +80,11 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     browser.click("#test").await;
     browser.wait_for_text("Delivered: 200").await;
     assert_eq!(sink.count(), 1);
+    // Edit: the change shows on the endpoint's page.
+    browser.click("#edit").await;
+    browser.fill("#f-description", "orders for the shop").await;
+    browser.click("#save-endpoint").await;
+    browser.wait_for_text("orders for the shop").await;
 
     // A failing receiver: the delivery shows its attempt and the error.
     sink.always(Reply::status(500).with_body("database is down"));
@@ -130,6 +136,9 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     browser.find(".svg-chart svg").await;
     browser.screenshot("policies").await;
 
+    browser.goto(&format!("{}/console/#/plugins", gw.base)).await;
+    browser.wait_for_text("Files that failed to load").await;
+
     // At a phone's width the same page still reads.
     browser.set_window(390, 844).await;
     browser
@@ -137,6 +146,14 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
         .await;
     browser.wait_for_text("Health history").await;
     browser.screenshot("endpoint-phone").await;
+
+    // Delete, after confirming: gone from the list.
+    browser.click("#delete").await;
+    browser.accept_dialog().await;
+    browser.wait_for_text("1 of 1 endpoints").await;
+    assert!(!browser.page_text().await.contains("shop"));
+    let (status, _) = gw.get("/v1/endpoints/shop").await;
+    assert_eq!(status, 404);
     browser.close().await;
 }
 
