@@ -27,14 +27,15 @@ pub enum AdminError {
     Invalid(Vec<Problem>),
     #[error("{0}")]
     Blocked(String),
-    #[error("{0}")]
-    BadRequest(String),
     #[error("endpoint `{0}` is declared in the config file; change it there")]
     DeclaredInConfig(String),
     #[error("no endpoint `{0}`")]
     NotFound(String),
     #[error("an endpoint named `{0}` exists")]
     NameTaken(String),
+    /// Changed or deleted by someone else (another node) since it was read.
+    #[error("{0}")]
+    Changed(String),
     /// A tenant caller asked for another tenant.
     #[error("{0}")]
     OtherTenant(String),
@@ -107,7 +108,7 @@ impl EndpointAdmin {
         self.check(&row, &config)?;
         let name = row.name.clone();
         self.store
-            .save_api_endpoint(row, false)
+            .save_api_endpoint(row, None)
             .await
             .map_err(|e| match e {
                 StoreError::Conflict(_) => AdminError::NameTaken(name.clone()),
@@ -150,12 +151,12 @@ impl EndpointAdmin {
             ));
         }
         row.spec = Value::Object(body).to_string();
-        row.updated_at = self.clock.now();
+        let previous = std::mem::replace(&mut row.updated_at, self.clock.now());
         self.check(&row, &self.config())?;
         self.store
-            .save_api_endpoint(row, true)
+            .save_api_endpoint(row, Some(previous))
             .await
-            .map_err(|e| not_found(e, name))?;
+            .map_err(|e| replace_failed(e, name))?;
         Ok(Saved {
             endpoint: self.refreshed(name).await?,
             secret: None,
@@ -169,7 +170,7 @@ impl EndpointAdmin {
         self.store
             .delete_api_endpoint(name)
             .await
-            .map_err(|e| not_found(e, name))?;
+            .map_err(|e| replace_failed(e, name))?;
         self.refresh().await?;
         Ok(())
     }
@@ -200,12 +201,12 @@ impl EndpointAdmin {
             .filter(|_| !overlap.is_zero())
             .map(|old| (old, now.plus(overlap)));
         row.spec = Value::Object(spec).to_string();
-        row.updated_at = now;
+        let previous = std::mem::replace(&mut row.updated_at, now);
         self.check(&row, &self.config())?;
         self.store
-            .save_api_endpoint(row, true)
+            .save_api_endpoint(row, Some(previous))
             .await
-            .map_err(|e| not_found(e, name))?;
+            .map_err(|e| replace_failed(e, name))?;
         Ok(Saved {
             endpoint: self.refreshed(name).await?,
             secret: Some(new),
@@ -294,9 +295,11 @@ fn invalid(path: &str, reason: &str) -> AdminError {
     }])
 }
 
-fn not_found(e: StoreError, name: &str) -> AdminError {
+/// Why a change or delete of an endpoint wrote nothing: it is gone, or changed since it was read.
+fn replace_failed(e: StoreError, name: &str) -> AdminError {
     match e {
         StoreError::NotFound(_) => AdminError::NotFound(name.to_owned()),
+        StoreError::Conflict(message) => AdminError::Changed(message),
         other => other.into(),
     }
 }

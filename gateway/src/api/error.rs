@@ -185,10 +185,10 @@ impl From<AdminError> for ApiError {
                 }
             }
             AdminError::Blocked(_) => ApiError::bad_request("blocked_address", message),
-            AdminError::BadRequest(_) => ApiError::bad_request("malformed_body", message),
             AdminError::DeclaredInConfig(_) => ApiError::conflict("endpoint_declared_in_config", message),
             AdminError::NotFound(_) => ApiError::not_found("endpoint_not_found", message),
             AdminError::NameTaken(_) => ApiError::conflict("name_taken", message),
+            AdminError::Changed(_) => ApiError::conflict("endpoint_changed", message),
             AdminError::OtherTenant(_) => ApiError::new(StatusCode::FORBIDDEN, "tenant_mismatch", message),
             AdminError::Store(e) => e.into(),
         }

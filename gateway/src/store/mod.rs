@@ -463,9 +463,10 @@ pub trait Store: Send + Sync + 'static {
     /// Every endpoint created through the API, by name.
     async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>>;
 
-    /// Creates an endpoint ([`StoreError::Conflict`] when the name is taken) or replaces one
-    /// (`replace`; [`StoreError::NotFound`] when it is gone).
-    async fn save_api_endpoint(&self, row: ApiEndpointRow, replace: bool) -> StoreResult<()>;
+    /// Creates an endpoint (`previous` None; [`StoreError::Conflict`] when the name is taken)
+    /// or replaces the one last changed at `previous` ([`StoreError::Conflict`] when it was
+    /// changed or deleted since: another node's change is never overwritten unseen).
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<Timestamp>) -> StoreResult<()>;
 
     /// Removes an endpoint created through the API ([`StoreError::NotFound`] when there is none).
     async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()>;
@@ -511,6 +512,17 @@ pub(crate) fn count_activity(buckets: &mut [ActivityBucket], i: i64, status: &st
     }
 }
 
+/// Why [`Store::save_api_endpoint`] changed nothing.
+pub(crate) fn api_endpoint_conflict(name: &str, replacing: bool) -> StoreError {
+    if replacing {
+        StoreError::Conflict(format!(
+            "endpoint `{name}` was changed or deleted meanwhile; read it again and retry"
+        ))
+    } else {
+        StoreError::Conflict(format!("an endpoint named `{name}` exists"))
+    }
+}
+
 /// An attempt's exchange as both stores keep it: each header list a JSON array of
 /// `[name, value]` pairs (NULL when empty), the response body as text.
 pub(crate) struct ExchangeColumns {
@@ -543,6 +555,53 @@ impl ExchangeColumns {
             response_headers: list(self.response_headers),
             response_body: self.response_body,
         }
+    }
+}
+
+/// Checks both stores pass: what every [`Store`] must do, written once.
+#[cfg(test)]
+pub(crate) mod contract {
+    use super::*;
+
+    fn row(name: &str, spec: &str, at: i64) -> ApiEndpointRow {
+        ApiEndpointRow {
+            name: name.into(),
+            tenant: Some("acme".into()),
+            spec: spec.into(),
+            retiring: None,
+            created_at: Timestamp::from_millis(at),
+            updated_at: Timestamp::from_millis(at),
+        }
+    }
+
+    /// Created once per name; replaced only from the version it was read at; deleted once.
+    pub(crate) async fn api_endpoint_writes(store: &dyn Store) {
+        store.save_api_endpoint(row("a", "{}", 1), None).await.unwrap();
+        let taken = store.save_api_endpoint(row("a", "{}", 1), None).await;
+        assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
+
+        let mut changed = row("a", r#"{"url":"http://x"}"#, 2);
+        changed.retiring = Some(("whsec_b2xk".into(), Timestamp::from_millis(99)));
+        store
+            .save_api_endpoint(changed.clone(), Some(Timestamp::from_millis(1)))
+            .await
+            .unwrap();
+        // A change based on what was there before the last one is refused, not applied.
+        let stale = store
+            .save_api_endpoint(row("a", "{}", 3), Some(Timestamp::from_millis(1)))
+            .await;
+        assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+        let read = store.api_endpoints().await.unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].spec, changed.spec);
+        assert_eq!(read[0].retiring, changed.retiring);
+        assert_eq!(read[0].created_at, Timestamp::from_millis(1));
+        assert_eq!(read[0].updated_at, Timestamp::from_millis(2));
+
+        store.delete_api_endpoint("a").await.unwrap();
+        let gone = store.delete_api_endpoint("a").await;
+        assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
+        assert!(store.api_endpoints().await.unwrap().is_empty());
     }
 }
 

@@ -936,16 +936,24 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn save_api_endpoint(&self, row: ApiEndpointRow, replace: bool) -> StoreResult<()> {
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<Timestamp>) -> StoreResult<()> {
         self.write(Urgency::Wait, move |conn| {
             let (secret, until) = row.retiring.clone().unzip();
             let until = until.map(Timestamp::as_millis);
-            let changed = if replace {
+            let changed = if let Some(previous) = previous {
                 conn.prepare_cached(
                     "UPDATE api_endpoints SET tenant = ?2, spec = ?3, retiring_secret = ?4, retiring_until = ?5,
-                            updated_at = ?6 WHERE name = ?1",
+                            updated_at = ?6 WHERE name = ?1 AND updated_at = ?7",
                 )?
-                .execute(params![row.name, row.tenant, row.spec, secret, until, row.updated_at.as_millis()])?
+                .execute(params![
+                    row.name,
+                    row.tenant,
+                    row.spec,
+                    secret,
+                    until,
+                    row.updated_at.as_millis(),
+                    previous.as_millis(),
+                ])?
             } else {
                 conn.prepare_cached(
                     "INSERT INTO api_endpoints (name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at)
@@ -961,11 +969,10 @@ impl Store for SqliteStore {
                     row.updated_at.as_millis(),
                 ])?
             };
-            match (changed, replace) {
-                (0, true) => Err(StoreError::NotFound(format!("endpoint `{}`", row.name))),
-                (0, false) => Err(StoreError::Conflict(format!("an endpoint named `{}` exists", row.name))),
-                _ => Ok(()),
+            if changed == 0 {
+                return Err(api_endpoint_conflict(&row.name, previous.is_some()));
             }
+            Ok(())
         })
         .await
     }
@@ -1184,6 +1191,13 @@ mod tests {
         assert_eq!(pending_ids(&store).await.len(), accepted.len() - 1 + 21);
         store.close().await;
         assert_eq!(integrity(&path), "ok");
+    }
+
+    #[tokio::test]
+    async fn api_endpoints_are_created_once_and_replaced_only_from_what_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
+        crate::store::contract::api_endpoint_writes(&store).await;
     }
 
     #[tokio::test]

@@ -1008,16 +1008,16 @@ impl Store for PgStore {
             .collect())
     }
 
-    async fn save_api_endpoint(&self, row: ApiEndpointRow, replace: bool) -> StoreResult<()> {
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<Timestamp>) -> StoreResult<()> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let (secret, until) = row.retiring.clone().unzip();
         let until = millis(until);
-        let changed = if replace {
+        let changed = if let Some(previous) = previous {
             execute(
                 &tx,
                 "UPDATE api_endpoints SET tenant = $2, spec = $3, retiring_secret = $4, retiring_until = $5,
-                        updated_at = $6 WHERE name = $1",
+                        updated_at = $6 WHERE name = $1 AND updated_at = $7",
                 &[
                     &row.name,
                     &row.tenant,
@@ -1025,6 +1025,7 @@ impl Store for PgStore {
                     &secret,
                     &until,
                     &row.updated_at.as_millis(),
+                    &previous.as_millis(),
                 ],
             )
             .await?
@@ -1045,15 +1046,8 @@ impl Store for PgStore {
             )
             .await?
         };
-        match (changed, replace) {
-            (0, true) => return Err(StoreError::NotFound(format!("endpoint `{}`", row.name))),
-            (0, false) => {
-                return Err(StoreError::Conflict(format!(
-                    "an endpoint named `{}` exists",
-                    row.name
-                )));
-            }
-            _ => {}
+        if changed == 0 {
+            return Err(api_endpoint_conflict(&row.name, previous.is_some()));
         }
         self.notify_endpoints(&tx).await?;
         self.commit(tx).await

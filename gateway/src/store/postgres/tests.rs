@@ -111,6 +111,13 @@ fn a_url_gets_a_search_path() {
     );
 }
 
+#[tokio::test]
+async fn api_endpoints_are_created_once_and_replaced_only_from_what_was_read() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    crate::store::contract::api_endpoint_writes(&store).await;
+}
+
 /// Two nodes on one schema: an endpoint's lease is held by one of them at a time, passes on
 /// when it is given back or lapses, and each node's notices reach the other but not itself.
 #[tokio::test]
