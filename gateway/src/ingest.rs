@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
 use crate::config::Config;
 use crate::health::EndpointHealth;
-use crate::model::{Event, Timestamp};
+use crate::model::{Event, EventTrace, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError, Target};
 use crate::telemetry::Metrics;
@@ -74,10 +74,11 @@ pub fn new_event_id() -> String {
 }
 
 impl Ingestor {
-    /// Gives each event its id and receipt time and picks its endpoints: subscribed to the
-    /// topic, matching the type filter, of the event's tenant or of none, and neither paused
-    /// nor disabled.
-    pub fn prepare(&self, events: Vec<NewEvent>) -> Prepared {
+    /// Gives each event its id, receipt time and trace, and picks its endpoints: subscribed to
+    /// the topic, matching the type filter, of the event's tenant or of none, and neither paused
+    /// nor disabled. `trace` is the ingestion request's span; without one (operator events) each
+    /// event starts a trace.
+    pub fn prepare(&self, events: Vec<NewEvent>, trace: Option<EventTrace>) -> Prepared {
         let config = self.config.load();
         let now = self.clock.now();
         let items = events
@@ -101,6 +102,10 @@ impl Ingestor {
                         ordering_key: e.ordering_key,
                         received_at: now,
                         tenant: e.tenant,
+                        trace: Some(trace.unwrap_or_else(|| EventTrace {
+                            trace_id: crate::traces::new_trace_id(),
+                            span_id: None,
+                        })),
                     }),
                     endpoints,
                 }
@@ -168,15 +173,18 @@ impl Ingestor {
             "last_success_at": health.last_success_at,
             "changed_at": health.changed_at,
         });
-        let prepared = self.prepare(vec![NewEvent {
-            id: None,
-            topic,
-            event_type: event_type.to_owned(),
-            content_type: "application/json".into(),
-            payload: Bytes::from(body.to_string()),
-            ordering_key: Some(endpoint.to_owned()),
-            tenant: None,
-        }]);
+        let prepared = self.prepare(
+            vec![NewEvent {
+                id: None,
+                topic,
+                event_type: event_type.to_owned(),
+                content_type: "application/json".into(),
+                payload: Bytes::from(body.to_string()),
+                ordering_key: Some(endpoint.to_owned()),
+                tenant: None,
+            }],
+            None,
+        );
         let write = self.clone().write(prepared, None);
         self.committer
             .commit_in_background("publishing an operator event", async move {

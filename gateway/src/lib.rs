@@ -25,6 +25,7 @@ pub mod server;
 pub mod store;
 pub mod supervisor;
 pub mod telemetry;
+pub mod traces;
 
 pub use reload::{ReloadOutcome, Reloader};
 pub use supervisor::{Gateway, GatewayOptions};

@@ -116,6 +116,22 @@ pub struct Event {
     /// The tenant the event belongs to: it reaches only that tenant's endpoints (and the
     /// endpoints without a tenant). None: no tenant's endpoint receives it.
     pub tenant: Option<String>,
+    /// The trace the event's attempts belong to; None for events stored before traces were.
+    pub trace: Option<EventTrace>,
+}
+
+pub use opentelemetry::trace::{SpanId, TraceId};
+
+/// Where an event sits in a distributed trace: its trace, and the span its attempts descend
+/// from — the ingestion request's span, whose own parent is the app's span when the app sent a
+/// `traceparent`. Stored with the event, so attempts made after a restart or on another node
+/// stay in the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventTrace {
+    pub trace_id: TraceId,
+    /// None when no request brought the event in (operator events): its attempts are the
+    /// trace's root spans.
+    pub span_id: Option<SpanId>,
 }
 
 /// A delivery's id: a number inside the store, `dlv_<n>` outside.
@@ -318,6 +334,9 @@ pub struct Attempt {
     pub error_kind: Option<ErrorKind>,
     pub error: Option<String>,
     pub exchange: Exchange,
+    /// The trace of the attempt's span (its `traceparent`); None for attempts recorded before
+    /// traces were.
+    pub trace_id: Option<TraceId>,
 }
 
 /// What one attempt sent and got back, for the delivery log. Built by the delivery module with
@@ -342,6 +361,7 @@ impl Attempt {
         duration_ms: u64,
         outcome: &Outcome,
         exchange: Exchange,
+        trace_id: TraceId,
     ) -> Self {
         let error = match outcome {
             Outcome::Delivered { .. } => None,
@@ -355,6 +375,7 @@ impl Attempt {
             error_kind: outcome.error_kind(),
             error,
             exchange,
+            trace_id: Some(trace_id),
         }
     }
 }

@@ -239,6 +239,7 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             "delivery.proxy",
             keep(&mut new.delivery.proxy, &old.delivery.proxy),
         ),
+        ("telemetry", keep(&mut new.telemetry, &old.telemetry)),
         ("plugins.dir", keep(&mut new.plugins.dir, &old.plugins.dir)),
         (
             "plugins.cache_dir",

@@ -37,6 +37,7 @@ use crate::scheduler::{Scheduler, SchedulerDeps};
 use crate::server::{self, ServerLimits};
 use crate::store::{NodeInfo, PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store};
 use crate::telemetry::Metrics;
+use crate::traces::Traces;
 
 /// How a gateway is started.
 pub struct GatewayOptions {
@@ -71,6 +72,9 @@ pub struct Gateway {
     store: Arc<dyn Store>,
     ingest_tasks: TaskTracker,
     reloader: Reloader,
+    /// The trace export task and its own stop: it stops last, so that the spans of the last
+    /// attempts still go out.
+    trace_export: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
 }
 
 impl Gateway {
@@ -101,6 +105,13 @@ impl Gateway {
         let cluster_store = store.clone().cluster();
         let sender = build_sender(&config)?;
         let plugins = start_plugins(&config, &metrics).await?;
+        let (traces, export_task) =
+            Traces::start(config.telemetry.as_ref(), &config.delivery.extra_roots, &metrics)
+                .context("starting the trace exporter")?;
+        let trace_export = export_task.map(|task| {
+            let stop = CancellationToken::new();
+            (stop.clone(), tokio::spawn(task.run(stop)))
+        });
         let listener = bind(listener, config.server.listen)?;
         let addr = listener.local_addr()?;
         let node = NodeInfo {
@@ -120,6 +131,7 @@ impl Gateway {
             sender: sender.clone(),
             plugins: plugins.clone(),
             metrics: metrics.clone(),
+            traces: traces.clone(),
             clustered: cluster_store.is_some(),
         })
         .await
@@ -165,7 +177,14 @@ impl Gateway {
             }
             None => ClusterView::Solo(node),
         };
-        let router = api_router(&reloader, &mut scheduler, &ingest_tasks, view, endpoint_admin);
+        let router = api_router(
+            &reloader,
+            &mut scheduler,
+            &ingest_tasks,
+            view,
+            endpoint_admin,
+            traces,
+        );
         tasks.spawn(scheduler.run(shutdown.child_token(), grace));
         tasks.spawn(server::serve(
             listener,
@@ -182,6 +201,7 @@ impl Gateway {
             store,
             ingest_tasks,
             reloader,
+            trace_export,
         })
     }
 
@@ -222,6 +242,12 @@ impl Gateway {
             cluster.leave().await;
         }
         self.store.close().await;
+        if let Some((stop, task)) = self.trace_export.take() {
+            stop.cancel();
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "the trace export task failed");
+            }
+        }
         tracing::info!("stopped");
     }
 }
@@ -302,6 +328,7 @@ fn api_router(
     ingest_tasks: &TaskTracker,
     cluster: ClusterView,
     endpoint_admin: EndpointAdmin,
+    traces: Traces,
 ) -> axum::Router {
     let Reloader {
         config,
@@ -342,6 +369,7 @@ fn api_router(
         clock: clock.clone(),
         sender,
         plugins,
+        traces: traces.clone(),
     });
     let state = AppState::new(ApiDeps {
         config,
@@ -355,6 +383,7 @@ fn api_router(
         status,
         cluster,
         endpoint_admin,
+        traces,
     });
     api::router(state).0
 }

@@ -179,6 +179,23 @@ impl Metrics {
         self.counter("hookgate_purged_rows_total", Vec::new())
     }
 
+    // --- traces
+
+    /// `hookgate_trace_spans_exported_total`: spans the OTLP collector accepted.
+    pub fn trace_spans_exported(&self) -> Counter {
+        self.counter("hookgate_trace_spans_exported_total", Vec::new())
+    }
+
+    /// `hookgate_trace_spans_dropped_total{reason}`: spans never exported, because the export
+    /// queue was full (`queue_full`) or the collector refused or did not answer their batch
+    /// (`export_failed`). Delivery never waits for the collector.
+    pub fn trace_spans_dropped(&self, reason: &'static str) -> Counter {
+        self.counter(
+            "hookgate_trace_spans_dropped_total",
+            vec![label("reason", reason)],
+        )
+    }
+
     // --- config and plugins
 
     /// `hookgate_config_reloads_total{result}`: reloads `applied` or `refused`.

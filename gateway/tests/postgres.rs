@@ -181,7 +181,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hookgate::health::{HealthInput, HealthRules};
-use hookgate::model::{Attempt, DeliveryStatus, Event, Exchange, Timestamp};
+use hookgate::model::{Attempt, DeliveryStatus, Event, EventTrace, Exchange, SpanId, Timestamp, TraceId};
 use hookgate::store::IngestOutcome::Committed;
 use hookgate::store::{
     AttemptWrite, DeliveryFilter, HealthChange, IdempotencyRecord, IngestBatch, IngestItem, PgStore,
@@ -203,6 +203,10 @@ fn batch(n: i64, idempotency: Option<IdempotencyRecord>) -> IngestBatch {
                 ordering_key: (n % 3 == 0).then(|| format!("k{}", n % 7)),
                 received_at: Timestamp::from_millis(T0 + n),
                 tenant: None,
+                trace: Some(EventTrace {
+                    trace_id: TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736 + n as u128),
+                    span_id: (n % 2 == 0).then(|| SpanId::from(0x00f0_67aa_0ba9_02b7 + n as u64)),
+                }),
             }),
             endpoints: vec![Target::untenanted("a"), Target::untenanted("b")],
         }],
@@ -240,6 +244,9 @@ async fn fill_sqlite(path: &std::path::Path) -> SqliteStore {
                     response_headers: vec![("content-type".into(), "text/plain".into())],
                     response_body: Some(format!("answer {n}")),
                 },
+                trace_id: Some(TraceId::from(
+                    0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736 + n as u128,
+                )),
             };
             let status = if n % 8 == 0 {
                 DeliveryStatus::Succeeded
@@ -305,6 +312,7 @@ async fn assert_same_reads(a: &dyn Store, b: &dyn Store) {
     assert_eq!(key, b.idempotency_record("anonymous", "key-7").await.unwrap());
     let event = a.event("evt_33", None).await.unwrap();
     assert_eq!(event.len(), 1);
+    assert!(event[0].trace.is_some(), "the trace columns are copied");
     assert_eq!(event, b.event("evt_33", None).await.unwrap());
 }
 

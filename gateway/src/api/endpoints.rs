@@ -325,6 +325,8 @@ async fn test_endpoint(
         ordering_key: None,
         received_at: state.clock.now(),
         tenant: ep.tenant.as_deref().map(str::to_owned),
+        // A test call belongs to no ingestion: its attempt starts a trace of its own.
+        trace: None,
     };
     let policy = config.policy_for(&ep, &topic);
     let report = attempt::perform(

@@ -20,6 +20,8 @@ use super::{ApiError, AppState};
 use crate::ingest::Committed;
 use crate::ingest::NewEvent;
 use crate::store::DeliveryFilter;
+use crate::traces::IngestSpan;
+use tracing::Instrument;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -407,6 +409,7 @@ async fn begin_ingest(state: &AppState, topic: String, request: Request) -> Resu
 async fn commit<T: Serialize>(
     state: &AppState,
     req: &Ingest,
+    span: &mut IngestSpanState,
     mut events: Vec<NewEvent>,
     answer: impl FnOnce(&crate::ingest::Prepared) -> T,
 ) -> Result<Response, ApiError> {
@@ -436,7 +439,10 @@ async fn commit<T: Serialize>(
         Begin::NoKey => None,
         Begin::Fresh(claim) => Some(claim),
     };
-    let prepared = state.ingestor.prepare(events);
+    let prepared = state.ingestor.prepare(events, Some(span.span.trace));
+    if state.traces.is_exporting() {
+        span.event_ids = prepared.ids();
+    }
     let body = Bytes::from(serde_json::to_vec(&answer(&prepared)).expect("answers serialize"));
     let record = claim
         .as_ref()
@@ -449,7 +455,50 @@ async fn commit<T: Serialize>(
         )
             .into_response()),
         // Another process (or a restart) committed this key between our lookup and our write.
-        Committed::Earlier(first) => Ok(idempotency::replay(&first)),
+        Committed::Earlier(first) => {
+            span.event_ids.clear();
+            Ok(idempotency::replay(&first))
+        }
+    }
+}
+
+/// An ingestion request's span while it runs: the trace its events join, and the events it
+/// stored, named in the span when it ends (exported only when telemetry is on).
+struct IngestSpanState {
+    span: IngestSpan,
+    path: String,
+    topic: String,
+    event_ids: Vec<String>,
+}
+
+impl IngestSpanState {
+    /// Starts the span of `request`, continuing the app's trace from its `traceparent`.
+    fn start(state: &AppState, topic: &str, request: &Request) -> Self {
+        IngestSpanState {
+            span: state.traces.start_ingest(request.headers()),
+            path: request.uri().path().to_owned(),
+            topic: topic.to_owned(),
+            event_ids: Vec::new(),
+        }
+    }
+
+    /// The log span of the request's lines, carrying its trace id.
+    fn log_span(&self) -> tracing::Span {
+        tracing::info_span!("ingest", trace_id = %self.span.trace_id())
+    }
+
+    fn end(self, state: &AppState, result: &Result<Response, ApiError>) {
+        let status = match result {
+            Ok(response) => response.status(),
+            Err(e) => e.status,
+        };
+        state.traces.end_ingest(
+            self.span,
+            &self.path,
+            &self.topic,
+            &self.event_ids,
+            status.as_u16(),
+        );
     }
 }
 
@@ -483,7 +532,22 @@ async fn ingest_one(
     Path(topic): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let req = begin_ingest(&state, topic, request).await?;
+    let mut span = IngestSpanState::start(&state, &topic, &request);
+    let log_span = span.log_span();
+    let result = ingest_one_traced(&state, topic, request, &mut span)
+        .instrument(log_span)
+        .await;
+    span.end(&state, &result);
+    result
+}
+
+async fn ingest_one_traced(
+    state: &AppState,
+    topic: String,
+    request: Request,
+    span: &mut IngestSpanState,
+) -> Result<Response, ApiError> {
+    let req = begin_ingest(state, topic, request).await?;
     let content_type = header_text(&req.headers, "content-type")?;
     let events = if is_json(content_type) {
         parse_body(&req.topic, BodyForm::One, &req.body)?
@@ -517,7 +581,7 @@ async fn ingest_one(
             tenant: tenant.map(str::to_owned),
         }]
     };
-    commit(&state, &req, events, |p| Accepted {
+    commit(state, &req, span, events, |p| Accepted {
         id: p.items[0].event.id.clone(),
         deliveries: p.delivery_count(),
     })
@@ -547,7 +611,22 @@ async fn ingest_batch(
     Path(topic): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let req = begin_ingest(&state, topic, request).await?;
+    let mut span = IngestSpanState::start(&state, &topic, &request);
+    let log_span = span.log_span();
+    let result = ingest_batch_traced(&state, topic, request, &mut span)
+        .instrument(log_span)
+        .await;
+    span.end(&state, &result);
+    result
+}
+
+async fn ingest_batch_traced(
+    state: &AppState,
+    topic: String,
+    request: Request,
+    span: &mut IngestSpanState,
+) -> Result<Response, ApiError> {
+    let req = begin_ingest(state, topic, request).await?;
     if !is_json(header_text(&req.headers, "content-type")?) {
         return Err(ApiError::bad_request(
             "malformed_body",
@@ -555,7 +634,7 @@ async fn ingest_batch(
         ));
     }
     let events = parse_body(&req.topic, BodyForm::Batch, &req.body)?;
-    commit(&state, &req, events, |p| BatchAccepted {
+    commit(state, &req, span, events, |p| BatchAccepted {
         ids: p.ids(),
         deliveries: p.delivery_count(),
     })

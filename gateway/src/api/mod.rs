@@ -59,6 +59,8 @@ pub struct AppState {
     pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
     /// Signs console tokens when the config has neither console keys nor admin keys.
     pub(crate) console_fallback_key: crate::model::Secret,
+    /// The ingestion spans (and the ids of every request's trace).
+    pub(crate) traces: crate::traces::Traces,
 }
 
 /// What `GET /v1/status` reports besides counters: when the gateway started and how the last
@@ -135,6 +137,7 @@ pub(crate) struct ApiDeps {
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
     pub(crate) cluster: crate::cluster::ClusterView,
     pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
+    pub(crate) traces: crate::traces::Traces,
 }
 
 impl AppState {
@@ -166,6 +169,7 @@ impl AppState {
             cluster: deps.cluster,
             endpoint_admin: deps.endpoint_admin,
             console_fallback_key: crate::model::Secret::new(hex::encode(rand::random::<[u8; 32]>())),
+            traces: deps.traces,
         }
     }
 }

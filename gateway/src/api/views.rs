@@ -85,6 +85,9 @@ pub(crate) struct AttemptView {
     /// The first 4 KiB of the response body (invalid UTF-8 replaced); null when no response
     /// came.
     pub(crate) response_body: Option<String>,
+    /// The trace of the attempt's span, as in the `traceparent` it sent (32 hex digits); null
+    /// for attempts recorded before traces were.
+    pub(crate) trace_id: Option<String>,
 }
 
 /// One header line of an attempt.
@@ -115,6 +118,7 @@ impl From<AttemptRow> for AttemptView {
             request_headers: header_views(row.attempt.exchange.request_headers),
             response_headers: header_views(row.attempt.exchange.response_headers),
             response_body: row.attempt.exchange.response_body,
+            trace_id: row.attempt.trace_id.map(|t| t.to_string()),
         }
     }
 }
@@ -149,6 +153,10 @@ pub(crate) struct EventView {
     #[schema(value_type = Object)]
     pub(crate) payload: Option<serde_json::Value>,
     pub(crate) payload_base64: Option<String>,
+    /// The trace the event's attempts belong to (32 hex digits): the app's when it sent a
+    /// `traceparent`; null for events stored before traces were.
+    #[serde(default)]
+    pub(crate) trace_id: Option<String>,
     pub(crate) deliveries: Vec<DeliveryView>,
 }
 
@@ -176,6 +184,7 @@ impl EventView {
             received_at: event.received_at,
             payload,
             payload_base64,
+            trace_id: event.trace.map(|t| t.trace_id.to_string()),
             deliveries,
         }
     }
@@ -442,6 +451,7 @@ mod tests {
             ordering_key: None,
             received_at: Timestamp::EPOCH,
             tenant: None,
+            trace: None,
         };
         assert_eq!(EventView::new(event.clone(), vec![]).payload.unwrap()["a"], 1);
         event.content_type = "text/plain".into();

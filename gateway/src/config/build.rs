@@ -37,6 +37,7 @@ pub(super) fn build(
     let delivery = v.delivery(&raw.delivery);
     let health = v.health(&raw.health);
     let retention = v.retention(&raw.retention);
+    let telemetry = raw.telemetry.as_ref().and_then(|t| v.telemetry(t));
     let policies = v.policies(&raw.policies);
     let topics = v.topics(&raw.topics, &health, &policies);
     let known = Known {
@@ -62,6 +63,7 @@ pub(super) fn build(
         delivery,
         health,
         retention,
+        telemetry,
         policies,
         topics,
         endpoints,
@@ -370,6 +372,53 @@ impl Validator<'_> {
             );
         }
         retention
+    }
+
+    /// The trace exporter, or None when its section has a problem (recorded).
+    fn telemetry(&mut self, raw: &RawTelemetry) -> Option<TelemetryConfig> {
+        let Some(endpoint) = raw.otlp_endpoint.as_deref() else {
+            self.problem(
+                "telemetry.otlp_endpoint",
+                "required: the OTLP/HTTP collector, e.g. http://collector:4318".into(),
+            );
+            return None;
+        };
+        let traces_url = self.parse("telemetry.otlp_endpoint", endpoint, |s| {
+            let url: Uri = s.parse().map_err(|_| format!("`{s}` is not a URL"))?;
+            crate::delivery::validate_url(&url).map_err(|e| format!("`{s}`: {e}"))?;
+            if url.query().is_some() {
+                return Err(format!("`{s}`: a collector URL has no query"));
+            }
+            // The OTLP rule for a base URL: the traces path goes under it.
+            match url.path() {
+                "" | "/" => format!("{}/v1/traces", s.trim_end_matches('/'))
+                    .parse::<Uri>()
+                    .map_err(|_| format!("`{s}` is not a URL")),
+                _ => Ok(url),
+            }
+        });
+        let service_name = raw
+            .service_name
+            .clone()
+            .unwrap_or_else(|| defaults::TRACE_SERVICE_NAME.to_owned());
+        if service_name.trim().is_empty() {
+            self.problem("telemetry.service_name", "may not be empty".into());
+        }
+        let max_queue_spans = raw.max_queue_spans.unwrap_or(defaults::TRACE_MAX_QUEUE_SPANS);
+        if max_queue_spans == 0 || max_queue_spans > limits::MAX_TRACE_QUEUE_SPANS {
+            self.problem(
+                "telemetry.max_queue_spans",
+                format!(
+                    "{max_queue_spans} is outside 1..={}",
+                    limits::MAX_TRACE_QUEUE_SPANS
+                ),
+            );
+        }
+        Some(TelemetryConfig {
+            traces_url: traces_url?,
+            service_name,
+            max_queue_spans: max_queue_spans as usize,
+        })
     }
 
     /// The presets and the file's own policies, which may not take a preset's name.

@@ -32,6 +32,9 @@ pub const PG_MAX_CONNECTIONS: usize = 16;
 /// How long a node's claim on an endpoint lasts without renewal (PostgreSQL clusters).
 pub const CLUSTER_LEASE: Duration = Duration::from_secs(15);
 
+pub const TRACE_SERVICE_NAME: &str = "hookgate";
+pub const TRACE_MAX_QUEUE_SPANS: u32 = 2048;
+
 pub const RETAIN_DELIVERIES: Duration = Duration::from_secs(30 * 86_400);
 pub const RETAIN_EVENTS: Duration = Duration::from_secs(30 * 86_400);
 pub const RETAIN_IDEMPOTENCY_KEYS: Duration = Duration::from_secs(86_400);
@@ -48,6 +51,8 @@ pub mod limits {
     pub const MIN_CLUSTER_LEASE: Duration = Duration::from_secs(1);
     /// The largest CA file read: a bundle of a few hundred certificates.
     pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
+    /// The largest `telemetry.max_queue_spans`: a span is about a kilobyte.
+    pub const MAX_TRACE_QUEUE_SPANS: u32 = 1_000_000;
     /// Topic and endpoint names appear in URLs and metrics labels.
     pub const MAX_NAME_LEN: usize = 128;
 }

@@ -18,6 +18,8 @@ const RESERVED_HEADERS: &[&str] = &[
     "webhook-timestamp",
     "webhook-signature",
     "hookgate-delivery-attempt",
+    // Names the attempt's span; a configured value would put every attempt in one trace.
+    "traceparent",
     "content-length",
     "host",
     "transfer-encoding",

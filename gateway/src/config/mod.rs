@@ -138,6 +138,8 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub health: HealthConfig,
     pub retention: RetentionConfig,
+    /// None: no traces are exported.
+    pub telemetry: Option<TelemetryConfig>,
     /// The presets and the user's policies.
     pub policies: BTreeMap<String, Arc<Policy>>,
     pub topics: BTreeMap<String, TopicConfig>,
@@ -224,6 +226,14 @@ pub struct RetentionConfig {
     pub deliveries: Duration,
     pub events: Duration,
     pub idempotency: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// Where spans are POSTed: the collector's `/v1/traces`.
+    pub traces_url: Uri,
+    pub service_name: String,
+    pub max_queue_spans: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]

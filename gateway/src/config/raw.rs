@@ -27,6 +27,9 @@ pub struct RawConfig {
     pub health: RawHealth,
     #[serde(default)]
     pub retention: RawRetention,
+    /// OpenTelemetry traces. Without this section nothing is exported (webhooks still carry a
+    /// `traceparent` and attempts a `trace_id`).
+    pub telemetry: Option<RawTelemetry>,
     /// Retry policies by name. The presets `standard`, `sns-http-default`, `sns-aws-managed` and
     /// `sns-customer-managed` always exist and cannot be redefined.
     #[serde(default)]
@@ -188,6 +191,18 @@ pub struct RawRetention {
     pub events: Option<String>,
     /// How long ingestion idempotency keys are kept. Default `24h`.
     pub idempotency: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// The OTLP/HTTP collector, e.g. `http://collector:4318`; spans go to `/v1/traces` under
+    /// it (a URL with a path of its own is used as it is). Required in this section.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the spans. Default `hookgate`.
+    pub service_name: Option<String>,
+    /// Finished spans waiting for export at most; more are dropped and counted. Default 2048.
+    pub max_queue_spans: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -6,8 +6,8 @@
 //!   `proxy-authenticate`, `proxy-authorization`, and every header the answer's own
 //!   `connection` header names, are dropped.
 //! - A transform's answer loses the gateway's own names (`webhook-*` standard headers,
-//!   `hookgate-*`); the endpoint's configured headers and the standard headers are set after
-//!   it and win.
+//!   `hookgate-*`, `traceparent`); the endpoint's configured headers and the standard headers
+//!   are set after it and win.
 //! - A signer only adds: a name the request already has (the endpoint's configured headers,
 //!   `content-type`, the standard headers), a standard name even when absent (`webhook-*`,
 //!   `hookgate-*`) and `authorization` are refused, and the attempt fails.
@@ -33,10 +33,11 @@ const CONNECTION_LEVEL: [HeaderName; 12] = [
 ];
 
 /// Whether `name` is one of the gateway's standard headers (`webhook-id`,
-/// `webhook-timestamp`, `webhook-signature`, any other `webhook-*`, `hookgate-*`).
+/// `webhook-timestamp`, `webhook-signature`, any other `webhook-*`, `hookgate-*`, and
+/// `traceparent`, which names the attempt's span).
 pub fn is_standard(name: &HeaderName) -> bool {
     let name = name.as_str();
-    name.starts_with("webhook-") || name.starts_with("hookgate-")
+    name.starts_with("webhook-") || name.starts_with("hookgate-") || name == "traceparent"
 }
 
 /// `headers` without connection-level headers and without the headers its own `connection`

@@ -84,7 +84,8 @@ enum Finished {
     /// the event). The event is kept so that a retry needs no read.
     Ran {
         item: Item,
-        report: AttemptReport,
+        /// Boxed: the report is several times the size of the other variants.
+        report: Box<AttemptReport>,
         event: Arc<Event>,
     },
     /// The delivery is no longer pending on disk (finished meanwhile, or purged), or could not
@@ -156,6 +157,7 @@ impl Actor {
             clock: deps.clock.clone(),
             sender: deps.sender,
             plugins: deps.plugins,
+            traces: deps.traces,
         });
         let lateness = deps.metrics.attempt_lateness();
         let actor = Actor {
@@ -637,13 +639,16 @@ impl Actor {
         match &report.result {
             AttemptResult::Sent(Outcome::Failed { kind, status, .. }) => tracing::info!(
                 delivery = %item.id, endpoint = %item.endpoint, attempt = n, error_kind = %kind,
-                status_code = ?status, next = ?decision.next_attempt_at, "attempt failed"
+                status_code = ?status, next = ?decision.next_attempt_at, trace_id = %report.trace_id,
+                "attempt failed"
             ),
             AttemptResult::Sent(Outcome::Delivered { status }) => tracing::debug!(
-                delivery = %item.id, endpoint = %item.endpoint, attempt = n, status_code = status, "attempt delivered"
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, status_code = status,
+                trace_id = %report.trace_id, "attempt delivered"
             ),
             AttemptResult::Dropped { reason } => tracing::debug!(
-                delivery = %item.id, endpoint = %item.endpoint, attempt = n, reason = %reason, "event dropped by the transform"
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, reason = %reason,
+                trace_id = %report.trace_id, "event dropped by the transform"
             ),
         }
         self.change(StateChange::Attempt(AttemptWrite {
@@ -756,5 +761,9 @@ async fn run_attempt(
         },
     )
     .await;
-    Finished::Ran { item, report, event }
+    Finished::Ran {
+        item,
+        report: Box::new(report),
+        event,
+    }
 }

@@ -6,7 +6,7 @@
 //! shows is exactly what a delivery would do.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
@@ -14,19 +14,22 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 use crate::clock::{Clock, SystemClock};
 use crate::config::EndpointConfig;
 use crate::delivery::{OutgoingRequest, Sender, signing};
-use crate::model::{Attempt, ErrorKind, Event, Exchange, Outcome, PluginBinding, Timestamp};
+use crate::model::{Attempt, ErrorKind, Event, Exchange, Outcome, PluginBinding, SpanId, Timestamp, TraceId};
 use crate::plugins::headers as plugin_headers;
 use crate::plugins::{
     BackoffInput, EventInfo, FailureDetail, PluginBackoffDecision, PluginFailure, PluginHost, SignInput,
     TransformInput, TransformResult,
 };
 use crate::policy::{BackoffDecision, Policy};
+use crate::traces::{self, AttemptSpan, Traces};
+use tracing::Instrument;
 
 /// What an attempt needs from the gateway around it.
 pub(crate) struct AttemptEnv {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) sender: Sender,
     pub(crate) plugins: PluginHost,
+    pub(crate) traces: Traces,
 }
 
 pub(crate) struct AttemptInput<'a> {
@@ -62,10 +65,14 @@ pub(crate) struct AttemptReport {
     pub(crate) duration: Duration,
     /// Which plugins ran, their versions and time spent, for the attempt log.
     pub(crate) plugin_note: Option<String>,
+    /// The time spent in plugins, when any ran.
+    pub(crate) plugin_time: Option<Duration>,
     /// A backoff plugin's answer for a failed attempt.
     pub(crate) backoff: Option<BackoffDecision>,
     /// The headers sent (masked) and the response's head and start, for the attempt record.
     pub(crate) exchange: Exchange,
+    /// The trace of the attempt's span, named in its `traceparent`.
+    pub(crate) trace_id: TraceId,
 }
 
 impl AttemptReport {
@@ -74,9 +81,14 @@ impl AttemptReport {
     pub(crate) fn record(&self, n: u32) -> Attempt {
         let duration_ms = self.duration.as_millis() as u64;
         match &self.result {
-            AttemptResult::Sent(outcome) => {
-                Attempt::from_outcome(n, self.started_at, duration_ms, outcome, self.exchange.clone())
-            }
+            AttemptResult::Sent(outcome) => Attempt::from_outcome(
+                n,
+                self.started_at,
+                duration_ms,
+                outcome,
+                self.exchange.clone(),
+                self.trace_id,
+            ),
             AttemptResult::Dropped { .. } => Attempt {
                 n,
                 started_at: self.started_at,
@@ -85,16 +97,68 @@ impl AttemptReport {
                 error_kind: None,
                 error: None,
                 exchange: Exchange::default(),
+                trace_id: Some(self.trace_id),
             },
         }
     }
 }
 
+/// Performs one attempt in its span: a child of the event's ingestion span (in the event's
+/// trace), named in the request's `traceparent`, and exported when telemetry is on. The log
+/// lines of the attempt carry its trace id.
 pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> AttemptReport {
+    let trace_id = input
+        .event
+        .trace
+        .map_or_else(traces::new_trace_id, |t| t.trace_id);
+    let span_id = traces::new_span_id();
+    let log_span = tracing::info_span!("attempt", delivery = %input.delivery_id, %trace_id);
+    let wall_start = env.traces.is_exporting().then(SystemTime::now);
+    let report = perform_in_span(env, &input, trace_id, span_id)
+        .instrument(log_span)
+        .await;
+    if let Some(started) = wall_start {
+        let (status_code, error_kind, error) = match &report.result {
+            AttemptResult::Sent(outcome) => (
+                outcome.status_code(),
+                outcome.error_kind().map(ErrorKind::as_str),
+                match outcome {
+                    Outcome::Failed { detail, .. } => Some(detail.as_str()),
+                    Outcome::Delivered { .. } => None,
+                },
+            ),
+            AttemptResult::Dropped { .. } => (None, None, None),
+        };
+        env.traces.attempt(AttemptSpan {
+            trace_id,
+            span_id,
+            parent: input.event.trace.and_then(|t| t.span_id),
+            started,
+            ended: SystemTime::now(),
+            event_id: &input.event.id,
+            delivery_id: &input.delivery_id,
+            endpoint: &input.endpoint.name,
+            attempt: input.attempt,
+            status_code,
+            error_kind,
+            error,
+            plugin_time: report.plugin_time,
+        });
+    }
+    report
+}
+
+async fn perform_in_span(
+    env: &AttemptEnv,
+    input: &AttemptInput<'_>,
+    trace_id: TraceId,
+    span_id: SpanId,
+) -> AttemptReport {
     let started_at = env.clock.now();
     let real_start = Instant::now();
-    let mut notes = Vec::new();
-    let (result, exchange) = match prepare(env, &input, &mut notes).await {
+    let mut notes = Notes::default();
+    let traceparent = traces::traceparent(trace_id, span_id);
+    let (result, exchange) = match prepare(env, input, traceparent, &mut notes).await {
         Ok(request) => {
             let sent = env.sender.send(request, env.clock.now()).await;
             (AttemptResult::Sent(sent.outcome), sent.exchange)
@@ -143,14 +207,23 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
         result,
         started_at,
         duration: real_start.elapsed(),
-        plugin_note: if notes.is_empty() {
+        plugin_note: if notes.lines.is_empty() {
             None
         } else {
-            Some(notes.join("; "))
+            Some(notes.lines.join("; "))
         },
+        plugin_time: (!notes.lines.is_empty()).then_some(notes.took),
         backoff,
         exchange,
+        trace_id,
     }
+}
+
+/// What the plugins of one attempt did: a note per call, and their time together.
+#[derive(Default)]
+struct Notes {
+    lines: Vec<String>,
+    took: Duration,
 }
 
 fn retry_after_ms(outcome: &Outcome, now: Timestamp) -> Option<u64> {
@@ -167,17 +240,16 @@ fn retry_after_ms(outcome: &Outcome, now: Timestamp) -> Option<u64> {
 async fn noted<T>(
     env: &AttemptEnv,
     binding: &PluginBinding,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
     call: impl std::future::Future<Output = Result<T, PluginFailure>>,
 ) -> Result<T, PluginFailure> {
     let started = Instant::now();
     let answer = call.await;
-    notes.push(note(
-        &env.plugins,
-        &binding.plugin,
-        started.elapsed(),
-        answer.as_ref().err(),
-    ));
+    let took = started.elapsed();
+    notes.took += took;
+    notes
+        .lines
+        .push(note(&env.plugins, &binding.plugin, took, answer.as_ref().err()));
     answer
 }
 
@@ -217,7 +289,8 @@ fn plugin_failed(failure: PluginFailure) -> AttemptResult {
 async fn prepare(
     env: &AttemptEnv,
     input: &AttemptInput<'_>,
-    notes: &mut Vec<String>,
+    traceparent: HeaderValue,
+    notes: &mut Notes,
 ) -> Result<OutgoingRequest, AttemptResult> {
     let endpoint = input.endpoint;
     let event = input.event;
@@ -257,6 +330,7 @@ async fn prepare(
     for (name, value) in &standard {
         headers.insert(name.clone(), value.clone());
     }
+    headers.insert(traces::TRACEPARENT, traceparent);
 
     if let Some(binding) = &endpoint.signer {
         let signed = sign(env, input, binding, &headers, &body, notes).await?;
@@ -285,7 +359,7 @@ async fn transform(
     headers: &HeaderMap,
     body: &Bytes,
     now: Timestamp,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) -> Result<Option<(HeaderMap, Bytes)>, AttemptResult> {
     let endpoint = input.endpoint;
     let answer = noted(
@@ -327,7 +401,7 @@ async fn sign(
     binding: &PluginBinding,
     headers: &HeaderMap,
     body: &Bytes,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
 ) -> Result<HeaderMap, AttemptResult> {
     let endpoint = input.endpoint;
     let mut visible = headers.clone();

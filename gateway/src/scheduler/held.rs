@@ -69,6 +69,7 @@ mod tests {
             ordering_key: None,
             received_at: crate::model::Timestamp::from_millis(0),
             tenant: None,
+            trace: None,
         })
     }
 

@@ -54,6 +54,8 @@ pub struct SchedulerDeps {
     pub sender: crate::delivery::Sender,
     pub plugins: crate::plugins::PluginHost,
     pub metrics: crate::telemetry::Metrics,
+    /// The attempt spans' destination.
+    pub traces: crate::traces::Traces,
     /// Several nodes share the store: this one delivers only the endpoints the cluster task
     /// gives it, and rebuilds nothing at start.
     pub clustered: bool,

@@ -26,7 +26,9 @@ pub use postgres::{CopyProgress, PgStore, copy_sqlite_to_postgres};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};
-use crate::model::{Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, Exchange, Timestamp};
+use crate::model::{
+    Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, EventTrace, Exchange, SpanId, Timestamp, TraceId,
+};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -556,6 +558,41 @@ impl ExchangeColumns {
             response_body: self.response_body,
         }
     }
+}
+
+/// An event's trace as both stores keep it: the trace id and the ingestion span id, each
+/// lowercase hex or NULL.
+pub(crate) struct TraceColumns {
+    pub(crate) trace_id: Option<String>,
+    pub(crate) span_id: Option<String>,
+}
+
+impl TraceColumns {
+    pub(crate) fn of(trace: Option<EventTrace>) -> TraceColumns {
+        TraceColumns {
+            trace_id: trace.map(|t| t.trace_id.to_string()),
+            span_id: trace.and_then(|t| t.span_id).map(|s| s.to_string()),
+        }
+    }
+
+    /// The trace back; ids that do not parse (never written by the gateway) read as none.
+    pub(crate) fn into_trace(self) -> Option<EventTrace> {
+        let trace_id = parse_trace_id(self.trace_id.as_deref())?;
+        Some(EventTrace {
+            trace_id,
+            span_id: self
+                .span_id
+                .as_deref()
+                .and_then(|s| SpanId::from_hex(s).ok())
+                .filter(|s| *s != SpanId::INVALID),
+        })
+    }
+}
+
+/// A stored trace id: lowercase hex, or None.
+pub(crate) fn parse_trace_id(text: Option<&str>) -> Option<TraceId> {
+    text.and_then(|t| TraceId::from_hex(t).ok())
+        .filter(|t| *t != TraceId::INVALID)
 }
 
 /// Checks both stores pass: what every [`Store`] must do, written once.

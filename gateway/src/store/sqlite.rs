@@ -222,8 +222,8 @@ fn parse_col<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Resul
     })
 }
 
-const EVENT_COLUMNS: &str =
-    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, e.tenant";
+const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
+     e.tenant, e.trace_id, e.trace_span_id";
 
 fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
     Ok(Event {
@@ -235,6 +235,11 @@ fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
         ordering_key: row.get(first + 5)?,
         received_at: ts(row, first + 6)?,
         tenant: row.get(first + 7)?,
+        trace: TraceColumns {
+            trace_id: row.get(first + 8)?,
+            span_id: row.get(first + 9)?,
+        }
+        .into_trace(),
     })
 }
 
@@ -260,10 +265,12 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRow> {
 }
 
 fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
+    let trace = TraceColumns::of(event.trace);
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (topic, id) DO NOTHING",
+            "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant,
+                 trace_id, trace_span_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (topic, id) DO NOTHING",
         )?
         .execute(params![
             event.id,
@@ -274,6 +281,8 @@ fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
             event.ordering_key,
             event.received_at.as_millis(),
             event.tenant,
+            trace.trace_id,
+            trace.span_id,
         ])?;
     if inserted == 0 {
         return Err(StoreError::DuplicateEvent {
@@ -394,8 +403,8 @@ fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
     let exchange = ExchangeColumns::of(&a.exchange);
     conn.prepare_cached(
         "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
-             request_headers, response_headers, response_body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+             request_headers, response_headers, response_body, trace_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         write.delivery.0,
@@ -410,6 +419,7 @@ fn write_attempt(conn: &Connection, write: &AttemptWrite) -> StoreResult<()> {
         exchange.request_headers,
         exchange.response_headers,
         exchange.response_body,
+        a.trace_id.map(|t| t.to_string()),
     ])?;
     // The round guard keeps a late outcome of an old round from overwriting a redelivery.
     conn.prepare_cached(
@@ -763,7 +773,7 @@ impl Store for SqliteStore {
             let Some(row) = row else { return Ok(None) };
             let mut stmt = conn.prepare_cached(
                 "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
-                        request_headers, response_headers, response_body
+                        request_headers, response_headers, response_body, trace_id
                  FROM attempts WHERE delivery_id = ?1 ORDER BY id",
             )?;
             let attempts = stmt
@@ -789,6 +799,7 @@ impl Store for SqliteStore {
                                 response_body: r.get(10)?,
                             }
                             .into_exchange(),
+                            trace_id: parse_trace_id(r.get::<_, Option<String>>(11)?.as_deref()),
                         },
                         plugin_note: r.get(7)?,
                     })
@@ -1070,6 +1081,7 @@ mod tests {
                     ordering_key: None,
                     received_at: NOW,
                     tenant: None,
+                    trace: None,
                 }),
                 endpoints: vec![Target::untenanted("e")],
             }],

@@ -456,6 +456,7 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
                     ordering_key: None,
                     received_at: gw.now(),
                     tenant: None,
+                    trace: None,
                 }),
                 endpoints: vec![Target::untenanted("e")],
             }],

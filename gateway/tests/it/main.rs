@@ -46,3 +46,4 @@ mod retry_schedule;
 mod slow_clients;
 mod ssrf;
 mod tenants;
+mod traces;

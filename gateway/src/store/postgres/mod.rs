@@ -163,10 +163,10 @@ fn millis(t: Option<Timestamp>) -> Option<i64> {
     t.map(Timestamp::as_millis)
 }
 
-const EVENT_COLUMNS: &str =
-    "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, e.tenant";
+const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
+     e.tenant, e.trace_id, e.trace_span_id";
 /// How many columns [`EVENT_COLUMNS`] names: a column selected after them has this index.
-const EVENT_COLUMN_COUNT: usize = 8;
+const EVENT_COLUMN_COUNT: usize = 10;
 
 fn event_from_row(row: &Row, first: usize) -> Event {
     Event {
@@ -178,6 +178,11 @@ fn event_from_row(row: &Row, first: usize) -> Event {
         ordering_key: row.get(first + 5),
         received_at: ts(row, first + 6),
         tenant: row.get(first + 7),
+        trace: TraceColumns {
+            trace_id: row.get(first + 8),
+            span_id: row.get(first + 9),
+        }
+        .into_trace(),
     }
 }
 
@@ -307,10 +312,12 @@ async fn insert_idempotency<C: GenericClient>(c: &C, r: &IdempotencyRecord) -> S
 }
 
 async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> StoreResult<i64> {
+    let trace = TraceColumns::of(event.trace);
     let row = query_opt(
         c,
-        "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (topic, id) DO NOTHING RETURNING seq",
+        "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant,
+             trace_id, trace_span_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (topic, id) DO NOTHING RETURNING seq",
         &[
             &event.id,
             &event.topic,
@@ -320,6 +327,8 @@ async fn insert_event<C: GenericClient>(c: &C, event: &Event) -> StoreResult<i64
             &event.ordering_key,
             &event.received_at.as_millis(),
             &event.tenant,
+            &trace.trace_id,
+            &trace.span_id,
         ],
     )
     .await?;
@@ -451,9 +460,10 @@ async fn write_attempts<C: GenericClient>(c: &C, writes: &[&AttemptWrite]) -> St
     execute(
         c,
         "INSERT INTO attempts (delivery_id, round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
-             request_headers, response_headers, response_body)
+             request_headers, response_headers, response_body, trace_id)
          SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
-                              $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])",
+                              $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                              $13::text[])",
         &[
             &col(&|w| w.delivery.0),
             &col(&|w| i64::from(w.round)),
@@ -467,6 +477,10 @@ async fn write_attempts<C: GenericClient>(c: &C, writes: &[&AttemptWrite]) -> St
             &text(&|e| e.request_headers.clone()),
             &text(&|e| e.response_headers.clone()),
             &text(&|e| e.response_body.clone()),
+            &writes
+                .iter()
+                .map(|w| w.attempt.trace_id.map(|t| t.to_string()))
+                .collect::<Vec<_>>(),
         ],
     )
     .await?;
@@ -851,7 +865,7 @@ impl Store for PgStore {
         let attempts = query(
             &conn,
             "SELECT round, n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
-                    request_headers, response_headers, response_body
+                    request_headers, response_headers, response_body, trace_id
              FROM attempts WHERE delivery_id = $1 ORDER BY id",
             &[&id.0],
         )
@@ -879,6 +893,7 @@ impl Store for PgStore {
                             response_body: r.get(10),
                         }
                         .into_exchange(),
+                        trace_id: parse_trace_id(r.get::<_, Option<&str>>(11)),
                     },
                     plugin_note: r.get(7),
                 })

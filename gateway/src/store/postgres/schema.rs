@@ -129,6 +129,13 @@ const MIGRATIONS: &[&str] = &[
         updated_at       BIGINT NOT NULL
     );
     "#,
+    // 5: the trace of each event (its trace id and the ingestion span its attempts descend
+    // from) and of each attempt, as lowercase hex.
+    r#"
+    ALTER TABLE events ADD COLUMN trace_id TEXT;
+    ALTER TABLE events ADD COLUMN trace_span_id TEXT;
+    ALTER TABLE attempts ADD COLUMN trace_id TEXT;
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -85,6 +85,7 @@ fn event(id: &str) -> Arc<Event> {
         ordering_key: None,
         received_at: Timestamp::from_millis(1_767_225_600_000),
         tenant: None,
+        trace: None,
     })
 }
 
