@@ -13,6 +13,7 @@
 
 mod child;
 mod cluster;
+mod floor;
 mod prom;
 mod report;
 mod scenarios;
@@ -151,6 +152,7 @@ async fn run(args: Args) -> ExitCode {
             .unwrap_or_else(|| workspace.join("plugins/target/wasm32-wasip2/release")),
         results: Results::default(),
         verbose: args.verbose,
+        floor: None,
     };
     let machine = machine();
     eprintln!("hookgate-bench on {machine}; {} run(s) per figure", args.runs);
@@ -160,7 +162,13 @@ async fn run(args: Args) -> ExitCode {
     let mut loads: Vec<f64> = Vec::new();
     for run in 1..=runs {
         let mut steps: Vec<(&str, String)> = Vec::new();
+        // Each run measures its own floor first: throughputs are shares of it.
+        bench.floor = None;
+        if ["ingest", "e2e"].iter().any(|s| wanted(s)) {
+            steps.push(("floor", "loopback floor".into()));
+        }
         if wanted("ingest") {
+            steps.push(("ingest", "ingest single c=64, 1 subscriber, 1 KiB".into()));
             for c in [1, 16, 64] {
                 steps.push(("ingest", format!("ingest single c={c}")));
             }
@@ -168,6 +176,7 @@ async fn run(args: Args) -> ExitCode {
         }
         for (name, label) in [
             ("e2e", "end to end, 1 endpoint"),
+            ("e2e", "end to end, single events"),
             ("e2e", "end to end, fan-out 10"),
             ("latency", "latency at a fixed rate"),
             ("lateness", "scheduler lateness"),
@@ -187,6 +196,9 @@ async fn run(args: Args) -> ExitCode {
             loads.push(load);
             eprintln!("[run {run}/{runs}] {label} (load average {load:.2})");
             let outcome = match label.as_str() {
+                "loopback floor" => bench.floor().await,
+                "ingest single c=64, 1 subscriber, 1 KiB" => bench.ingest_subscribed().await,
+                "end to end, single events" => bench.end_to_end_single(bench.scale.e2e_events).await,
                 "ingest single c=1" => bench.ingest(Shape::Single, 1).await,
                 "ingest single c=16" => bench.ingest(Shape::Single, 16).await,
                 "ingest single c=64" => bench.ingest(Shape::Single, 64).await,
@@ -267,6 +279,12 @@ fn write_charts(dir: &Path, results: &Results, machine: &str) -> bool {
             std::fs::write(
                 dir.join("bench-latency.svg"),
                 svg::latency_chart(results, machine),
+            )
+        })
+        .and_then(|()| {
+            std::fs::write(
+                dir.join("bench-floor-share.svg"),
+                svg::floor_share_chart(results, machine),
             )
         });
     match written {

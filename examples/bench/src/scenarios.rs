@@ -11,6 +11,7 @@ use hookgate_sink::{Sink, SinkOptions};
 use serde_json::Value;
 
 use crate::child::GatewayProcess;
+use crate::floor::NullServer;
 use crate::prom::Histogram;
 use crate::report::{Results, Target};
 
@@ -74,6 +75,9 @@ pub(crate) struct Bench {
     pub(crate) plugin_build: PathBuf,
     pub(crate) results: Results,
     pub(crate) verbose: bool,
+    /// This run's loopback floor (requests/s), once measured: throughputs are also recorded
+    /// as a share of it.
+    pub(crate) floor: Option<f64>,
 }
 
 /// A temp dir with a config file for one gateway.
@@ -199,6 +203,108 @@ impl Bench {
             .context("queue_depth in /v1/status")
     }
 
+    /// The loopback floor of this run (see `floor.rs`): requests/s of 1 KiB single-event
+    /// POSTs at 64 clients to a server that does nothing else.
+    pub(crate) async fn floor(&mut self) -> anyhow::Result<()> {
+        let server = NullServer::start().await?;
+        self.client = Client::new(256);
+        let t = LoadTarget {
+            base_url: server.base_url(),
+            topic: "floor".into(),
+            api_key: None,
+            event_type: "order.paid".into(),
+            payload_bytes: 1024,
+            record_ids: false,
+        };
+        let warm = Stop::After(Duration::from_millis(300));
+        closed_loop(&self.client, &t, Shape::Single, 64, warm).await?;
+        let report = closed_loop(
+            &self.client,
+            &t,
+            Shape::Single,
+            64,
+            Stop::After(self.scale.ingest_for),
+        )
+        .await?;
+        ensure_no_errors(&report, "loopback floor")?;
+        let rate = report.events_per_s();
+        self.say(&format!("loopback floor {rate:.0} requests/s"));
+        self.floor = Some(rate);
+        self.results.record(
+            "loopback_floor",
+            "loopback floor: 1 KiB POST → 202, 64 clients, Rust client and server",
+            "requests/s",
+            rate,
+            None,
+        );
+        Ok(())
+    }
+
+    /// Records `rate` as a share of this run's floor, when there is one.
+    fn record_share(&mut self, key: &str, label: &str, rate: f64, target: Option<Target>) {
+        if let Some(floor) = self.floor {
+            self.results.record(
+                &format!("{key}_share"),
+                &format!("{label} — share of the floor"),
+                "× floor",
+                rate / floor,
+                target,
+            );
+        }
+    }
+
+    /// Single-event ingestion at 64 clients into a topic one endpoint subscribes to, with
+    /// 1 KiB payloads, while the gateway delivers them: the headline ingest figure.
+    pub(crate) async fn ingest_subscribed(&mut self) -> anyhow::Result<()> {
+        let sink = Sink::start(SinkOptions {
+            secret: Some(SECRET.into()),
+            ..SinkOptions::loopback()
+        })
+        .await?;
+        let yaml = format!(
+            "topics:\n  orders: {{}}\nendpoints:\n  e: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
+            sink.url("/hook")
+        );
+        let site = Site::new(&self.work_root, &yaml)?;
+        let gw = self.start(&site, "ingest-subscribed").await?;
+        let t = target(&gw, "orders", 1024);
+        let warm = Stop::After(Duration::from_millis(300));
+        closed_loop(&self.client, &t, Shape::Single, 64, warm).await?;
+        let report = closed_loop(
+            &self.client,
+            &t,
+            Shape::Single,
+            64,
+            Stop::After(self.scale.ingest_for),
+        )
+        .await?;
+        ensure_no_errors(&report, "ingest with a subscriber")?;
+        gw.stop().await?;
+        self.say(&report.summary().replace('\n', "\n  "));
+        let (key, label) = (
+            "ingest_subscribed_c64",
+            "ingest, single 1 KiB events, 1 subscriber, 64 clients",
+        );
+        let rate = report.events_per_s();
+        self.results.record(key, label, "events/s", rate, None);
+        self.results.record(
+            &format!("{key}_p50"),
+            &format!("{label} — p50"),
+            "ms",
+            ms(report.latency(0.5)),
+            None,
+        );
+        self.results.record(
+            &format!("{key}_p99"),
+            &format!("{label} — p99"),
+            "ms",
+            ms(report.latency(0.99)),
+            None,
+        );
+        self.record_share(key, label, rate, Target::at_least(0.18));
+        Ok(())
+    }
+
     /// Ingestion alone (a topic nobody subscribes to): events/s and latency, closed loop.
     pub(crate) async fn ingest(&mut self, shape: Shape, concurrency: usize) -> anyhow::Result<()> {
         let site = Site::new(&self.work_root, "topics:\n  ingest: {}\n")?;
@@ -228,17 +334,18 @@ impl Bench {
             Shape::Single => (
                 format!("ingest_single_c{concurrency}"),
                 format!(
-                    "ingest, single events, {concurrency} client{}",
+                    "ingest, single 200 B events, no subscriber, {concurrency} client{}",
                     if concurrency == 1 { "" } else { "s" }
                 ),
                 (concurrency == 64).then(|| Target::at_least(8000.0)).flatten(),
             ),
             Shape::Batch(n) => (
                 "ingest_batch".to_owned(),
-                format!("ingest, batches of {n}, {concurrency} clients"),
+                format!("ingest, batches of {n}, no subscriber, {concurrency} clients"),
                 None,
             ),
         };
+        self.record_share(&key, &label, report.events_per_s(), None);
         let r = &mut self.results;
         r.record(&key, &label, "events/s", report.events_per_s(), target);
         r.record(
@@ -339,19 +446,22 @@ impl Bench {
             report.events_per_s(),
             cpu.as_secs_f64() * 1e6 / expected as f64
         ));
-        let (key, label, target) = if endpoints == 1 {
+        let (key, label, target, share_target) = if endpoints == 1 {
             (
                 "e2e_1_endpoint",
                 "end to end, 1 endpoint, batch ingestion".to_owned(),
                 Target::at_least(10_000.0),
+                Target::at_least(0.35),
             )
         } else {
             (
                 "e2e_fanout_10",
                 format!("end to end, fan-out to {endpoints}"),
                 None,
+                None,
             )
         };
+        self.record_share(key, &label, rate, share_target);
         let r = &mut self.results;
         r.record(key, &label, "deliveries/s", rate, target);
         r.record(
@@ -361,6 +471,73 @@ impl Bench {
             cpu.as_secs_f64() * 1e6 / expected as f64,
             None,
         );
+        Ok(())
+    }
+
+    /// Single-event ingestion at 64 clients (no batches) into one endpoint until the sink has
+    /// every delivery: deliveries/s from the first request to the last delivery.
+    pub(crate) async fn end_to_end_single(&mut self, events: u64) -> anyhow::Result<()> {
+        let sink = Sink::start(SinkOptions {
+            secret: Some(SECRET.into()),
+            ..SinkOptions::loopback()
+        })
+        .await?;
+        let yaml = format!(
+            "topics:\n  orders: {{}}\nendpoints:\n  e: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
+            sink.url("/hook")
+        );
+        let site = Site::new(&self.work_root, &yaml)?;
+        let gw = self.start(&site, "e2e-single").await?;
+        let t = target(&gw, "orders", 200);
+        let warm = closed_loop(&self.client, &t, Shape::Single, 64, Stop::Requests(640)).await?;
+        ensure_no_errors(&warm, "warm-up")?;
+        wait_until("the warm-up deliveries", Duration::from_secs(30), || {
+            sink.answered_ok() >= warm.deliveries
+        })
+        .await?;
+        sink.reset();
+        let cpu_before = gw.cpu_time()?;
+        let started_us = unix_us();
+        let report = closed_loop(&self.client, &t, Shape::Single, 64, Stop::Requests(events)).await?;
+        ensure_no_errors(&report, "end-to-end single-event ingest")?;
+        let expected = report.deliveries;
+        wait_until("every delivery at the sink", Duration::from_secs(600), || {
+            sink.answered_ok() >= expected
+        })
+        .await?;
+        let stats = sink.stats();
+        let cpu = gw.cpu_time()? - cpu_before;
+        let seconds = stats
+            .last_request_unix_us
+            .unwrap_or_else(unix_us)
+            .saturating_sub(started_us) as f64
+            / 1e6;
+        gw.stop().await?;
+        if stats.signatures_invalid > 0 || stats.distinct_ids != report.events_accepted {
+            bail!(
+                "the sink saw {} bad signatures and {} distinct ids for {} events",
+                stats.signatures_invalid,
+                stats.distinct_ids,
+                report.events_accepted
+            );
+        }
+        let rate = expected as f64 / seconds;
+        self.say(&format!(
+            "{expected} deliveries in {seconds:.2} s = {rate:.0}/s; gateway CPU {:.1} µs/delivery",
+            cpu.as_secs_f64() * 1e6 / expected as f64
+        ));
+        let (key, label) = ("e2e_single", "end to end, 1 endpoint, single events, 64 clients");
+        // 20× what Svix delivers on this machine with the same client (≈ 960/s).
+        self.results
+            .record(key, label, "deliveries/s", rate, Target::at_least(19_000.0));
+        self.results.record(
+            &format!("{key}_cpu"),
+            &format!("{label} — gateway CPU per delivery"),
+            "µs",
+            cpu.as_secs_f64() * 1e6 / expected as f64,
+            None,
+        );
+        self.record_share(key, label, rate, None);
         Ok(())
     }
 

@@ -110,19 +110,38 @@ fn bar(results: &Results, key: &str, label: &str, unit: &'static str) -> Option<
 /// Ingest events/s at each concurrency and in batches, and end-to-end deliveries/s.
 pub(crate) fn throughput_chart(results: &Results, machine: &str) -> String {
     let bars: Vec<Bar> = [
-        ("ingest_single_c1", "ingest, single events, 1 client", "events/s"),
+        (
+            "loopback_floor",
+            "loopback floor (nothing but HTTP)",
+            "requests/s",
+        ),
+        (
+            "ingest_subscribed_c64",
+            "ingest, 1 KiB, 1 subscriber, 64 clients",
+            "events/s",
+        ),
+        ("ingest_single_c1", "ingest, no subscriber, 1 client", "events/s"),
         (
             "ingest_single_c16",
-            "ingest, single events, 16 clients",
+            "ingest, no subscriber, 16 clients",
             "events/s",
         ),
         (
             "ingest_single_c64",
-            "ingest, single events, 64 clients",
+            "ingest, no subscriber, 64 clients",
             "events/s",
         ),
         ("ingest_batch", "ingest, batches of 100, 4 clients", "events/s"),
-        ("e2e_1_endpoint", "end to end, 1 endpoint", "deliveries/s"),
+        (
+            "e2e_1_endpoint",
+            "end to end, 1 endpoint, batches",
+            "deliveries/s",
+        ),
+        (
+            "e2e_single",
+            "end to end, 1 endpoint, single events",
+            "deliveries/s",
+        ),
         ("e2e_fanout_10", "end to end, fan-out to 10", "deliveries/s"),
     ]
     .into_iter()
@@ -131,6 +150,37 @@ pub(crate) fn throughput_chart(results: &Results, machine: &str) -> String {
     bar_chart(
         "hookgate throughput (medians; every 202 after an fsync'd commit)",
         machine,
+        &bars,
+    )
+}
+
+/// Every throughput as a share of the loopback floor of its run: comparable across machines.
+pub(crate) fn floor_share_chart(results: &Results, machine: &str) -> String {
+    let floor = results
+        .figures
+        .iter()
+        .find(|f| f.key == "loopback_floor")
+        .map_or(String::new(), |f| {
+            format!("; floor {} requests/s", number(f.median))
+        });
+    let bars: Vec<Bar> = results
+        .figures
+        .iter()
+        .filter(|f| f.key.ends_with("_share"))
+        .map(|f| Bar {
+            label: f
+                .label
+                .trim_end_matches(" — share of the floor")
+                .replace("ingest, ", "")
+                .to_owned(),
+            value: f.median,
+            unit: "× floor",
+            target: f.target,
+        })
+        .collect();
+    bar_chart(
+        "hookgate throughput as a share of the loopback floor (1 KiB POST → 202, Rust client and server)",
+        &format!("{machine}{floor}"),
         &bars,
     )
 }
