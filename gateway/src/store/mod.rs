@@ -502,18 +502,6 @@ pub(crate) fn activity_buckets(since: Timestamp, width_ms: i64, buckets: u32) ->
         .collect()
 }
 
-/// Adds `n` deliveries that ended in `status` to bucket `i`.
-pub(crate) fn count_activity(buckets: &mut [ActivityBucket], i: i64, status: &str, n: i64) {
-    let Some(bucket) = usize::try_from(i).ok().and_then(|i| buckets.get_mut(i)) else {
-        return;
-    };
-    let n = n.max(0) as u64;
-    match status {
-        "succeeded" => bucket.succeeded += n,
-        _ => bucket.failed += n,
-    }
-}
-
 /// Why [`Store::save_api_endpoint`] changed nothing.
 pub(crate) fn api_endpoint_conflict(name: &str, replacing: bool) -> StoreError {
     if replacing {

@@ -884,21 +884,25 @@ impl Store for SqliteStore {
         tenant: Option<String>,
     ) -> StoreResult<Vec<ActivityBucket>> {
         let width = (bucket.as_millis() as i64).max(1);
-        let until = since.as_millis() + width * i64::from(buckets);
         self.read(move |conn| {
+            // One range count per bucket over the updated_at index: a GROUP BY over a day's
+            // million rows would sort them in a temporary B-tree, three times slower. `+status`
+            // keeps SQLite from scanning the status index instead.
             let mut stmt = conn.prepare_cached(
-                "SELECT (updated_at - ?1) / ?2, status, COUNT(*) FROM deliveries
-                 WHERE updated_at >= ?1 AND updated_at < ?3 AND status IN ('succeeded', 'failed', 'dead')
-                   AND (?4 IS NULL OR tenant = ?4)
-                 GROUP BY 1, 2",
+                "SELECT COALESCE(SUM(status = 'succeeded'), 0), COALESCE(SUM(status <> 'succeeded'), 0)
+                 FROM deliveries
+                 WHERE updated_at >= ?1 AND updated_at < ?2 AND +status IN ('succeeded', 'failed', 'dead')
+                   AND (?3 IS NULL OR tenant = ?3)",
             )?;
-            let rows = stmt.query_map(params![since.as_millis(), width, until, tenant], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?))
-            })?;
             let mut out = activity_buckets(since, width, buckets);
-            for row in rows {
-                let (i, status, n) = row?;
-                count_activity(&mut out, i, &status, n);
+            for bucket in &mut out {
+                let start = bucket.start.as_millis();
+                let (succeeded, failed): (i64, i64) = stmt
+                    .query_row(params![start, start + width, tenant], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?;
+                bucket.succeeded = succeeded.max(0) as u64;
+                bucket.failed = failed.max(0) as u64;
             }
             Ok(out)
         })

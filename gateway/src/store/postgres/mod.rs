@@ -159,6 +159,18 @@ fn parse<T: FromStr>(row: &Row, idx: usize) -> StoreResult<T> {
         .map_err(|_| StoreError::Internal(format!("bad value `{text}` in the database")))
 }
 
+/// Adds `n` deliveries that ended in `status` to bucket `i`.
+fn count_activity(buckets: &mut [ActivityBucket], i: i64, status: &str, n: i64) {
+    let Some(bucket) = usize::try_from(i).ok().and_then(|i| buckets.get_mut(i)) else {
+        return;
+    };
+    let n = n.max(0) as u64;
+    match status {
+        "succeeded" => bucket.succeeded += n,
+        _ => bucket.failed += n,
+    }
+}
+
 fn millis(t: Option<Timestamp>) -> Option<i64> {
     t.map(Timestamp::as_millis)
 }
