@@ -1,5 +1,11 @@
 //! The `hookgate` binary: everything lives in the library; see `hookgate::cli`.
 
+/// mimalloc instead of glibc's malloc: the gateway allocates small objects on many threads
+/// at once (requests, attempts, the writer), where glibc's arenas contend (BENCHMARKS.md,
+/// "Second round").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     hookgate::cli::main()
 }

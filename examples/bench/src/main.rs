@@ -26,6 +26,10 @@ use clap::{Parser, Subcommand};
 use hookgate_loadgen::{Client, Shape};
 
 use crate::report::Results;
+
+/// The gateway binary's allocator, for the gateways this executable runs (`__gateway`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::scenarios::{Bench, Scale};
 
 #[derive(Debug, Parser)]

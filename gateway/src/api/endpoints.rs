@@ -414,7 +414,7 @@ async fn replay(
     let body = read_body(body, &parts.headers, 64 * 1024).await?;
     let input: ReplayIn = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request("malformed_body", format!("not a replay request: {e}")))?;
-    let hash = idempotency::request_hash("POST", parts.uri.path(), &[&body]);
+    let hash = || idempotency::request_hash("POST", parts.uri.path(), &[&body]);
     let claim = match idempotency::begin(&state, &caller, &parts.headers, hash).await? {
         Begin::Replay(response) => return Ok(response),
         Begin::Fresh(claim) => claim,

@@ -414,26 +414,19 @@ async fn commit<T: Serialize>(
     answer: impl FnOnce(&crate::ingest::Prepared) -> T,
 ) -> Result<Response, ApiError> {
     assign_tenant(&req.caller, &mut events)?;
-    let content_type = req
-        .headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
-    let event_type = req
-        .headers
-        .get("event-type")
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
-    let event_id = req
-        .headers
-        .get("event-id")
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
-    let hash = idempotency::request_hash(
-        "POST",
-        &req.path,
-        &[content_type, event_type, event_id, &req.body],
-    );
+    let hash = || {
+        let header_bytes = |name| req.headers.get(name).map(|v| v.as_bytes()).unwrap_or_default();
+        idempotency::request_hash(
+            "POST",
+            &req.path,
+            &[
+                header_bytes(header::CONTENT_TYPE.as_str()),
+                header_bytes("event-type"),
+                header_bytes("event-id"),
+                &req.body,
+            ],
+        )
+    };
     let claim = match idempotency::begin(state, &req.caller, &req.headers, hash).await? {
         Begin::Replay(response) => return Ok(response),
         Begin::NoKey => None,

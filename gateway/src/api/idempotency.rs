@@ -79,11 +79,13 @@ pub(crate) async fn begin(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
-    request_hash: Vec<u8>,
+    request_hash: impl FnOnce() -> Vec<u8>,
 ) -> Result<Begin, ApiError> {
+    // Most requests carry no key: they never hash their body.
     let Some(value) = headers.get(HEADER) else {
         return Ok(Begin::NoKey);
     };
+    let request_hash = request_hash();
     let key = value
         .to_str()
         .ok()
