@@ -84,6 +84,7 @@ impl EndpointAdmin {
             }
             _ => {}
         }
+        admin_only_keys(&body, caller_tenant)?;
         let secret = match body.get("secret") {
             None | Some(Value::Null) => {
                 let secret = new_secret(&body)?;
@@ -150,6 +151,7 @@ impl EndpointAdmin {
                 "an endpoint's tenant cannot change; create a new endpoint",
             ));
         }
+        admin_only_keys(&body, caller_tenant)?;
         row.spec = Value::Object(body).to_string();
         let previous = std::mem::replace(&mut row.updated_at, self.clock.now());
         self.check(&row, &self.config())?;
@@ -280,6 +282,18 @@ impl EndpointAdmin {
             None => Ok(()),
         }
     }
+}
+
+/// Keys a tenant may not set: a proxy is a host and port the gateway connects to without the
+/// SSRF rules (they judge the target behind it), so only an operator chooses one.
+fn admin_only_keys(body: &Map<String, Value>, caller_tenant: Option<&str>) -> Result<(), AdminError> {
+    if caller_tenant.is_some() && body.get("proxy").is_some_and(|p| !p.is_null()) {
+        return Err(invalid(
+            "proxy",
+            "only an admin key may route an endpoint through a proxy",
+        ));
+    }
+    Ok(())
 }
 
 fn tenant_of(body: &Map<String, Value>) -> Option<String> {
