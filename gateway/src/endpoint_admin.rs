@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use crate::clock::Clock;
 use crate::config::{self, Config, ConfigError, EndpointConfig, EndpointSource, Problem};
 use crate::delivery::signing;
+use crate::model::Timestamp;
 use crate::reload::Reloader;
 use crate::store::{ApiEndpointRow, Store, StoreError};
 
@@ -135,8 +136,7 @@ impl EndpointAdmin {
         if patch.get("name").is_some_and(|n| n.as_str() != Some(name)) {
             return Err(invalid("name", "an endpoint's name cannot change"));
         }
-        let mut spec: Value = serde_json::from_str(&row.spec)
-            .map_err(|e| AdminError::Store(StoreError::Internal(e.to_string())))?;
+        let mut spec = Value::Object(spec_of(&row)?);
         let tenant_before = row.tenant.clone();
         merge_patch(
             &mut spec,
@@ -153,16 +153,7 @@ impl EndpointAdmin {
         }
         admin_only_keys(&body, caller_tenant)?;
         row.spec = Value::Object(body).to_string();
-        let previous = std::mem::replace(&mut row.updated_at, self.clock.now());
-        self.check(&row, &self.config())?;
-        self.store
-            .save_api_endpoint(row, Some(previous))
-            .await
-            .map_err(|e| replace_failed(e, name))?;
-        Ok(Saved {
-            endpoint: self.refreshed(name).await?,
-            secret: None,
-        })
+        self.replace(row, self.clock.now(), None).await
     }
 
     /// Deletes an endpoint: its waiting deliveries end `failed` with `endpoint_removed`, its
@@ -187,8 +178,7 @@ impl EndpointAdmin {
         caller_tenant: Option<&str>,
     ) -> Result<Saved, AdminError> {
         let mut row = self.row(name, caller_tenant)?;
-        let mut spec: Map<String, Value> = serde_json::from_str(&row.spec)
-            .map_err(|e| AdminError::Store(StoreError::Internal(e.to_string())))?;
+        let mut spec = spec_of(&row)?;
         let new = match secret {
             Some(s) => s,
             None => new_secret(&spec)?,
@@ -203,15 +193,26 @@ impl EndpointAdmin {
             .filter(|_| !overlap.is_zero())
             .map(|old| (old, now.plus(overlap)));
         row.spec = Value::Object(spec).to_string();
+        self.replace(row, now, Some(new)).await
+    }
+
+    /// Writes a changed row over the version it was read at (`row.updated_at`), then runs it.
+    async fn replace(
+        &self,
+        mut row: ApiEndpointRow,
+        now: Timestamp,
+        secret: Option<String>,
+    ) -> Result<Saved, AdminError> {
         let previous = std::mem::replace(&mut row.updated_at, now);
         self.check(&row, &self.config())?;
+        let name = row.name.clone();
         self.store
             .save_api_endpoint(row, Some(previous))
             .await
-            .map_err(|e| replace_failed(e, name))?;
+            .map_err(|e| replace_failed(e, &name))?;
         Ok(Saved {
-            endpoint: self.refreshed(name).await?,
-            secret: Some(new),
+            endpoint: self.refreshed(&name).await?,
+            secret,
         })
     }
 
@@ -294,6 +295,11 @@ fn admin_only_keys(body: &Map<String, Value>, caller_tenant: Option<&str>) -> Re
         ));
     }
     Ok(())
+}
+
+/// The stored keys of an endpoint (written by this module, so always an object).
+fn spec_of(row: &ApiEndpointRow) -> Result<Map<String, Value>, AdminError> {
+    serde_json::from_str(&row.spec).map_err(|e| AdminError::Store(StoreError::Internal(e.to_string())))
 }
 
 fn tenant_of(body: &Map<String, Value>) -> Option<String> {

@@ -53,24 +53,12 @@ const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
 /// A random trace id, never the invalid all-zero one.
 pub fn new_trace_id() -> TraceId {
-    let mut rng = rand::rng();
-    loop {
-        let id: u128 = rng.random();
-        if id != 0 {
-            return TraceId::from(id);
-        }
-    }
+    TraceId::from(rand::rng().random_range(1..=u128::MAX))
 }
 
 /// A random span id, never the invalid all-zero one.
 pub fn new_span_id() -> SpanId {
-    let mut rng = rand::rng();
-    loop {
-        let id: u64 = rng.random();
-        if id != 0 {
-            return SpanId::from(id);
-        }
-    }
+    SpanId::from(rand::rng().random_range(1..=u64::MAX))
 }
 
 /// The trace id and parent span id of a W3C `traceparent` header, or None when it is not a

@@ -216,17 +216,7 @@ impl Bench {
             payload_bytes: 1024,
             record_ids: false,
         };
-        let warm = Stop::After(Duration::from_millis(300));
-        closed_loop(&self.client, &t, Shape::Single, 64, warm).await?;
-        let report = closed_loop(
-            &self.client,
-            &t,
-            Shape::Single,
-            64,
-            Stop::After(self.scale.ingest_for),
-        )
-        .await?;
-        ensure_no_errors(&report, "loopback floor")?;
+        let report = self.timed(&t, Shape::Single, 64, "loopback floor").await?;
         let rate = report.events_per_s();
         self.say(&format!("loopback floor {rate:.0} requests/s"));
         self.floor = Some(rate);
@@ -238,6 +228,24 @@ impl Bench {
             None,
         );
         Ok(())
+    }
+
+    /// A closed loop for `scale.ingest_for` after a short warm-up (connections, statement
+    /// caches, the WAL file); every request must have been answered 202.
+    async fn timed(
+        &self,
+        t: &LoadTarget,
+        shape: Shape,
+        concurrency: usize,
+        what: &str,
+    ) -> anyhow::Result<Report> {
+        let warm = Stop::After(Duration::from_millis(300));
+        closed_loop(&self.client, t, shape, concurrency, warm).await?;
+        let timed = Stop::After(self.scale.ingest_for);
+        let report = closed_loop(&self.client, t, shape, concurrency, timed).await?;
+        ensure_no_errors(&report, what)?;
+        self.say(&report.summary().replace('\n', "\n  "));
+        Ok(report)
     }
 
     /// Records `rate` as a share of this run's floor, when there is one.
@@ -253,55 +261,59 @@ impl Bench {
         }
     }
 
-    /// Single-event ingestion at 64 clients into a topic one endpoint subscribes to, with
-    /// 1 KiB payloads, while the gateway delivers them: the headline ingest figure.
-    pub(crate) async fn ingest_subscribed(&mut self) -> anyhow::Result<()> {
+    /// An ingestion figure: events/s, its share of the floor, and the latency p50 and p99.
+    fn record_ingest(&mut self, key: &str, label: &str, report: &Report, targets: [Option<Target>; 2]) {
+        let rate = report.events_per_s();
+        let [target, share_target] = targets;
+        self.record_share(key, label, rate, share_target);
+        let r = &mut self.results;
+        r.record(key, label, "events/s", rate, target);
+        for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+            r.record(
+                &format!("{key}_{name}"),
+                &format!("{label} — {name}"),
+                "ms",
+                ms(report.latency(q)),
+                None,
+            );
+        }
+    }
+
+    /// A receiver that verifies every signature, and a site whose topic `orders` `endpoints`
+    /// endpoints subscribe to, each on a path of its own.
+    async fn subscribed_site(&self, endpoints: usize) -> anyhow::Result<(Sink, Site)> {
         let sink = Sink::start(SinkOptions {
             secret: Some(SECRET.into()),
             ..SinkOptions::loopback()
         })
         .await?;
-        let yaml = format!(
-            "topics:\n  orders: {{}}\nendpoints:\n  e: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
-            sink.url("/hook")
-        );
+        let mut yaml = String::from("topics:\n  orders: {}\nendpoints:\n");
+        for i in 0..endpoints {
+            yaml.push_str(&format!(
+                "  e{i}: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
+                sink.url(&format!("/hook/{i}"))
+            ));
+        }
         let site = Site::new(&self.work_root, &yaml)?;
+        Ok((sink, site))
+    }
+
+    /// Single-event ingestion at 64 clients into a topic one endpoint subscribes to, with
+    /// 1 KiB payloads, while the gateway delivers them: the headline ingest figure.
+    pub(crate) async fn ingest_subscribed(&mut self) -> anyhow::Result<()> {
+        let (_sink, site) = self.subscribed_site(1).await?;
         let gw = self.start(&site, "ingest-subscribed").await?;
         let t = target(&gw, "orders", 1024);
-        let warm = Stop::After(Duration::from_millis(300));
-        closed_loop(&self.client, &t, Shape::Single, 64, warm).await?;
-        let report = closed_loop(
-            &self.client,
-            &t,
-            Shape::Single,
-            64,
-            Stop::After(self.scale.ingest_for),
-        )
-        .await?;
-        ensure_no_errors(&report, "ingest with a subscriber")?;
+        let report = self
+            .timed(&t, Shape::Single, 64, "ingest with a subscriber")
+            .await?;
         gw.stop().await?;
-        self.say(&report.summary().replace('\n', "\n  "));
-        let (key, label) = (
+        self.record_ingest(
             "ingest_subscribed_c64",
             "ingest, single 1 KiB events, 1 subscriber, 64 clients",
+            &report,
+            [None, Target::at_least(0.18)],
         );
-        let rate = report.events_per_s();
-        self.results.record(key, label, "events/s", rate, None);
-        self.results.record(
-            &format!("{key}_p50"),
-            &format!("{label} — p50"),
-            "ms",
-            ms(report.latency(0.5)),
-            None,
-        );
-        self.results.record(
-            &format!("{key}_p99"),
-            &format!("{label} — p99"),
-            "ms",
-            ms(report.latency(0.99)),
-            None,
-        );
-        self.record_share(key, label, rate, Target::at_least(0.18));
         Ok(())
     }
 
@@ -310,26 +322,8 @@ impl Bench {
         let site = Site::new(&self.work_root, "topics:\n  ingest: {}\n")?;
         let gw = self.start(&site, &format!("ingest-{concurrency}")).await?;
         let t = target(&gw, "ingest", 200);
-        // Warm-up: connections, statement caches, the WAL file.
-        closed_loop(
-            &self.client,
-            &t,
-            shape,
-            concurrency,
-            Stop::After(Duration::from_millis(300)),
-        )
-        .await?;
-        let report = closed_loop(
-            &self.client,
-            &t,
-            shape,
-            concurrency,
-            Stop::After(self.scale.ingest_for),
-        )
-        .await?;
-        ensure_no_errors(&report, "ingest")?;
+        let report = self.timed(&t, shape, concurrency, "ingest").await?;
         gw.stop().await?;
-        self.say(&report.summary().replace('\n', "\n  "));
         let (key, label, target) = match shape {
             Shape::Single => (
                 format!("ingest_single_c{concurrency}"),
@@ -345,55 +339,27 @@ impl Bench {
                 None,
             ),
         };
-        self.record_share(&key, &label, report.events_per_s(), None);
-        let r = &mut self.results;
-        r.record(&key, &label, "events/s", report.events_per_s(), target);
-        r.record(
-            &format!("{key}_p50"),
-            &format!("{label} — p50"),
-            "ms",
-            ms(report.latency(0.5)),
-            None,
-        );
-        r.record(
-            &format!("{key}_p99"),
-            &format!("{label} — p99"),
-            "ms",
-            ms(report.latency(0.99)),
-            None,
-        );
+        self.record_ingest(&key, &label, &report, [target, None]);
         Ok(())
     }
 
-    /// Batch ingestion into `endpoints` subscribers until the sink has every delivery:
-    /// deliveries/s from the first request to the last delivery, and the gateway's CPU time
-    /// per delivery.
-    pub(crate) async fn end_to_end(&mut self, endpoints: usize, events: u64) -> anyhow::Result<()> {
-        let sink = Sink::start(SinkOptions {
-            secret: Some(SECRET.into()),
-            ..SinkOptions::loopback()
-        })
-        .await?;
-        let mut yaml = String::from("topics:\n  orders: {}\nendpoints:\n");
-        for i in 0..endpoints {
-            yaml.push_str(&format!(
-                "  e{i}: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
-                sink.url(&format!("/hook/{i}"))
-            ));
-        }
-        let site = Site::new(&self.work_root, &yaml)?;
-        let gw = self.start(&site, &format!("e2e-{endpoints}")).await?;
+    /// Ingestion of `requests` requests of `shape` at `concurrency` into `endpoints`
+    /// subscribers until the sink has every delivery (after `warm` requests through to it):
+    /// deliveries/s from the first request to the last delivery, and the gateway's CPU time per
+    /// delivery, in µs.
+    async fn through_sink(
+        &mut self,
+        endpoints: usize,
+        (shape, concurrency): (Shape, usize),
+        warm: u64,
+        requests: u64,
+    ) -> anyhow::Result<(f64, f64)> {
+        let (sink, site) = self.subscribed_site(endpoints).await?;
+        let gw = self
+            .start(&site, &format!("e2e-{endpoints}-c{concurrency}"))
+            .await?;
         let t = target(&gw, "orders", 200);
-        let batch = 100u64;
-        // Warm-up: one batch through to the sink.
-        let warm = closed_loop(
-            &self.client,
-            &t,
-            Shape::Batch(batch as usize),
-            1,
-            Stop::Requests(1),
-        )
-        .await?;
+        let warm = closed_loop(&self.client, &t, shape, concurrency, Stop::Requests(warm)).await?;
         ensure_no_errors(&warm, "warm-up")?;
         wait_until("the warm-up deliveries", Duration::from_secs(30), || {
             sink.answered_ok() >= warm.deliveries
@@ -403,14 +369,7 @@ impl Bench {
 
         let cpu_before = gw.cpu_time()?;
         let started_us = unix_us();
-        let report = closed_loop(
-            &self.client,
-            &t,
-            Shape::Batch(batch as usize),
-            4,
-            Stop::Requests(events.div_ceil(batch)),
-        )
-        .await?;
+        let report = closed_loop(&self.client, &t, shape, concurrency, Stop::Requests(requests)).await?;
         ensure_no_errors(&report, "end-to-end ingest")?;
         let expected = report.deliveries;
         if expected != report.events_accepted * endpoints as u64 {
@@ -441,103 +400,72 @@ impl Bench {
             );
         }
         let rate = expected as f64 / seconds;
+        let cpu_us = cpu.as_secs_f64() * 1e6 / expected as f64;
         self.say(&format!(
-            "{expected} deliveries in {seconds:.2} s = {rate:.0}/s; ingest {:.0} events/s; gateway CPU {:.1} µs/delivery",
+            "{expected} deliveries in {seconds:.2} s = {rate:.0}/s; ingest {:.0} events/s; gateway CPU {cpu_us:.1} µs/delivery",
             report.events_per_s(),
-            cpu.as_secs_f64() * 1e6 / expected as f64
         ));
-        let (key, label, target, share_target) = if endpoints == 1 {
-            (
-                "e2e_1_endpoint",
-                "end to end, 1 endpoint, batch ingestion".to_owned(),
-                Target::at_least(10_000.0),
-                Target::at_least(0.35),
-            )
-        } else {
-            (
-                "e2e_fanout_10",
-                format!("end to end, fan-out to {endpoints}"),
-                None,
-                None,
-            )
-        };
-        self.record_share(key, &label, rate, share_target);
+        Ok((rate, cpu_us))
+    }
+
+    /// An end-to-end figure: deliveries/s, its share of the floor, the gateway CPU per delivery.
+    fn record_delivered(
+        &mut self,
+        key: &str,
+        label: &str,
+        (rate, cpu_us): (f64, f64),
+        targets: [Option<Target>; 2],
+    ) {
+        let [target, share_target] = targets;
+        self.record_share(key, label, rate, share_target);
         let r = &mut self.results;
-        r.record(key, &label, "deliveries/s", rate, target);
+        r.record(key, label, "deliveries/s", rate, target);
         r.record(
             &format!("{key}_cpu"),
             &format!("{label} — gateway CPU per delivery"),
             "µs",
-            cpu.as_secs_f64() * 1e6 / expected as f64,
+            cpu_us,
             None,
         );
+    }
+
+    /// Batch ingestion into `endpoints` subscribers until the sink has every delivery.
+    pub(crate) async fn end_to_end(&mut self, endpoints: usize, events: u64) -> anyhow::Result<()> {
+        let batch = 100u64;
+        // Warm-up: one batch through to the sink.
+        let measured = self
+            .through_sink(
+                endpoints,
+                (Shape::Batch(batch as usize), 4),
+                1,
+                events.div_ceil(batch),
+            )
+            .await?;
+        if endpoints == 1 {
+            self.record_delivered(
+                "e2e_1_endpoint",
+                "end to end, 1 endpoint, batch ingestion",
+                measured,
+                [Target::at_least(10_000.0), Target::at_least(0.35)],
+            );
+        } else {
+            let label = format!("end to end, fan-out to {endpoints}");
+            self.record_delivered("e2e_fanout_10", &label, measured, [None, None]);
+        }
         Ok(())
     }
 
     /// Single-event ingestion at 64 clients (no batches) into one endpoint until the sink has
-    /// every delivery: deliveries/s from the first request to the last delivery.
+    /// every delivery.
     pub(crate) async fn end_to_end_single(&mut self, events: u64) -> anyhow::Result<()> {
-        let sink = Sink::start(SinkOptions {
-            secret: Some(SECRET.into()),
-            ..SinkOptions::loopback()
-        })
-        .await?;
-        let yaml = format!(
-            "topics:\n  orders: {{}}\nendpoints:\n  e: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
-            sink.url("/hook")
-        );
-        let site = Site::new(&self.work_root, &yaml)?;
-        let gw = self.start(&site, "e2e-single").await?;
-        let t = target(&gw, "orders", 200);
-        let warm = closed_loop(&self.client, &t, Shape::Single, 64, Stop::Requests(640)).await?;
-        ensure_no_errors(&warm, "warm-up")?;
-        wait_until("the warm-up deliveries", Duration::from_secs(30), || {
-            sink.answered_ok() >= warm.deliveries
-        })
-        .await?;
-        sink.reset();
-        let cpu_before = gw.cpu_time()?;
-        let started_us = unix_us();
-        let report = closed_loop(&self.client, &t, Shape::Single, 64, Stop::Requests(events)).await?;
-        ensure_no_errors(&report, "end-to-end single-event ingest")?;
-        let expected = report.deliveries;
-        wait_until("every delivery at the sink", Duration::from_secs(600), || {
-            sink.answered_ok() >= expected
-        })
-        .await?;
-        let stats = sink.stats();
-        let cpu = gw.cpu_time()? - cpu_before;
-        let seconds = stats
-            .last_request_unix_us
-            .unwrap_or_else(unix_us)
-            .saturating_sub(started_us) as f64
-            / 1e6;
-        gw.stop().await?;
-        if stats.signatures_invalid > 0 || stats.distinct_ids != report.events_accepted {
-            bail!(
-                "the sink saw {} bad signatures and {} distinct ids for {} events",
-                stats.signatures_invalid,
-                stats.distinct_ids,
-                report.events_accepted
-            );
-        }
-        let rate = expected as f64 / seconds;
-        self.say(&format!(
-            "{expected} deliveries in {seconds:.2} s = {rate:.0}/s; gateway CPU {:.1} µs/delivery",
-            cpu.as_secs_f64() * 1e6 / expected as f64
-        ));
-        let (key, label) = ("e2e_single", "end to end, 1 endpoint, single events, 64 clients");
+        let measured = self.through_sink(1, (Shape::Single, 64), 640, events).await?;
         // 20× what Svix delivers on this machine with the same client (≈ 960/s).
-        self.results
-            .record(key, label, "deliveries/s", rate, Target::at_least(19_000.0));
-        self.results.record(
-            &format!("{key}_cpu"),
-            &format!("{label} — gateway CPU per delivery"),
-            "µs",
-            cpu.as_secs_f64() * 1e6 / expected as f64,
-            None,
+        self.record_delivered(
+            "e2e_single",
+            "end to end, 1 endpoint, single events, 64 clients",
+            measured,
+            [Target::at_least(19_000.0), None],
         );
-        self.record_share(key, label, rate, None);
         Ok(())
     }
 

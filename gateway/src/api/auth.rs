@@ -34,6 +34,16 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// The caller of a request that passed [`authenticate`] (handlers taking the whole request
+    /// cannot take the `Extension` too).
+    pub(crate) fn of(request: &Request) -> Caller {
+        request
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .expect("authenticate sets the caller")
+    }
+
     /// Whether this caller may see something of `tenant` (None: of no tenant).
     pub(crate) fn sees(&self, tenant: Option<&str>) -> bool {
         self.tenant.is_none() || self.tenant.as_deref() == tenant

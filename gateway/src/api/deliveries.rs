@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView, Summary};
 use super::{ApiError, AppState};
-use crate::model::{DeliveryId, DeliveryStatus, Timestamp};
+use crate::model::{DeliveryId, DeliveryStatus};
 use crate::store::DeliveryFilter;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
@@ -46,11 +46,6 @@ pub(crate) struct ListQuery {
     limit: Option<u32>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
-}
-
-fn time_param(field: &str, text: &str) -> Result<Timestamp, ApiError> {
-    Timestamp::parse_rfc3339(text)
-        .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
 }
 
 pub(super) fn parse_delivery_id(text: &str) -> Result<DeliveryId, ApiError> {
@@ -111,8 +106,16 @@ async fn list_deliveries(
             event_id: q.event_id,
             tenant: caller.tenant_filter(q.tenant),
             event_type: q.event_type,
-            since: q.since.as_deref().map(|t| time_param("since", t)).transpose()?,
-            until: q.until.as_deref().map(|t| time_param("until", t)).transpose()?,
+            since: q
+                .since
+                .as_deref()
+                .map(|t| super::parse_time("since", t))
+                .transpose()?,
+            until: q
+                .until
+                .as_deref()
+                .map(|t| super::parse_time("until", t))
+                .transpose()?,
             before,
             limit,
         })

@@ -73,14 +73,6 @@ fn visible(state: &AppState, caller: &Caller, name: &str) -> Result<Arc<Endpoint
         .ok_or_else(|| ApiError::not_found("endpoint_not_found", format!("no endpoint `{name}`")))
 }
 
-fn caller_of(request: &Request) -> Caller {
-    request
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .expect("authenticate sets the caller")
-}
-
 #[derive(Debug, Deserialize, IntoParams)]
 pub(crate) struct ListQuery {
     /// Only this tenant's endpoints (admin keys; a tenant's key always sees only its own).
@@ -227,12 +219,7 @@ async fn rotate_secret(
     body: Bytes,
 ) -> Result<Json<SavedEndpoint>, ApiError> {
     visible(&state, &caller, &name)?;
-    let input: RotateIn = if body.iter().all(u8::is_ascii_whitespace) {
-        RotateIn::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request("malformed_body", format!("not a rotation request: {e}")))?
-    };
+    let input: RotateIn = super::optional_json(&body, "a rotation request")?;
     let overlap = match input.overlap.as_deref() {
         None => crate::endpoint_admin::DEFAULT_OVERLAP,
         Some(text) => crate::policy::parse_duration(text)
@@ -300,17 +287,12 @@ async fn test_endpoint(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Json<TestOutcome>, ApiError> {
-    visible(&state, &caller_of(&request), &name)?;
+    visible(&state, &Caller::of(&request), &name)?;
     let ep = state.recovery.endpoint(&name)?;
     let config = state.config.load_full();
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, config.server.max_body_bytes).await?;
-    let input: TestIn = if body.iter().all(u8::is_ascii_whitespace) {
-        TestIn::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request("malformed_body", format!("not a test request: {e}")))?
-    };
+    let input: TestIn = super::optional_json(&body, "a test request")?;
     let payload = match input.payload {
         Some(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
         None => Bytes::from(serde_json::json!({"test": true, "endpoint": name}).to_string()),
@@ -372,11 +354,6 @@ async fn test_endpoint(
     }))
 }
 
-fn parse_time(field: &str, text: &str) -> Result<Timestamp, ApiError> {
-    Timestamp::parse_rfc3339(text)
-        .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayIn {
@@ -402,7 +379,7 @@ async fn replay(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let caller = caller_of(&request);
+    let caller = Caller::of(&request);
     let ep = visible(&state, &caller, &name)?;
     let (parts, body) = request.into_parts();
     if !parts.headers.contains_key(idempotency::HEADER) {
@@ -421,11 +398,11 @@ async fn replay(
         Begin::NoKey => unreachable!("checked above"),
     };
     state.recovery.ensure_receiving(&ep.name)?;
-    let since = parse_time("since", &input.since)?;
+    let since = super::parse_time("since", &input.since)?;
     let until = input
         .until
         .as_deref()
-        .map(|u| parse_time("until", u))
+        .map(|u| super::parse_time("until", u))
         .transpose()?;
     let window = state.recovery.window(since, until)?;
     // The answer names the new deliveries, so it is made inside the commit that creates them.
@@ -476,8 +453,12 @@ async fn replay_preview(
         .since
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("invalid_window", "`since` is required"))?;
-    let since = parse_time("since", since)?;
-    let until = q.until.as_deref().map(|u| parse_time("until", u)).transpose()?;
+    let since = super::parse_time("since", since)?;
+    let until = q
+        .until
+        .as_deref()
+        .map(|u| super::parse_time("until", u))
+        .transpose()?;
     let window = state.recovery.window(since, until)?;
     let (events, continue_from) = state.recovery.replay_preview(&ep, window).await?;
     Ok(Json(ReplayPreview {
@@ -506,19 +487,14 @@ async fn reenable(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let ep = visible(&state, &caller_of(&request), &name)?;
+    let ep = visible(&state, &Caller::of(&request), &name)?;
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, 64 * 1024).await?;
-    let input: ReenableIn = if body.iter().all(u8::is_ascii_whitespace) {
-        ReenableIn::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request("malformed_body", format!("not a re-enable request: {e}")))?
-    };
+    let input: ReenableIn = super::optional_json(&body, "a re-enable request")?;
     let replay_since = input
         .replay_since
         .as_deref()
-        .map(|text| parse_time("replay_since", text))
+        .map(|text| super::parse_time("replay_since", text))
         .transpose()?;
     let replay = state.recovery.reenable(&ep, replay_since).await?;
     Ok(Json(Reenabled {

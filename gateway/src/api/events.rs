@@ -318,13 +318,8 @@ fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
 }
 
 /// Tenants are named like endpoints: they travel in paths and lists.
-fn valid_tenant(tenant: &str) -> Result<(), ApiError> {
-    let ok = !tenant.is_empty()
-        && tenant.len() <= 128
-        && tenant
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+pub(super) fn valid_tenant(tenant: &str) -> Result<(), ApiError> {
+    if crate::config::valid_name(tenant) {
         Ok(())
     } else {
         Err(ApiError::bad_request(
@@ -378,11 +373,7 @@ struct Ingest {
 }
 
 async fn begin_ingest(state: &AppState, topic: String, request: Request) -> Result<Ingest, ApiError> {
-    let caller = request
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .expect("authenticate sets the caller");
+    let caller = Caller::of(&request);
     let config = state.config.load_full();
     state
         .rate_limits
@@ -525,9 +516,20 @@ async fn ingest_one(
     Path(topic): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    traced(state, topic, request, ingest_one_traced).await
+}
+
+/// Runs an ingestion inside its span: the log span around it, the trace span ended with its
+/// answer.
+async fn traced(
+    state: AppState,
+    topic: String,
+    request: Request,
+    ingest: impl AsyncFnOnce(&AppState, String, Request, &mut IngestSpanState) -> Result<Response, ApiError>,
+) -> Result<Response, ApiError> {
     let mut span = IngestSpanState::start(&state, &topic, &request);
     let log_span = span.log_span();
-    let result = ingest_one_traced(&state, topic, request, &mut span)
+    let result = ingest(&state, topic, request, &mut span)
         .instrument(log_span)
         .await;
     span.end(&state, &result);
@@ -604,13 +606,7 @@ async fn ingest_batch(
     Path(topic): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let mut span = IngestSpanState::start(&state, &topic, &request);
-    let log_span = span.log_span();
-    let result = ingest_batch_traced(&state, topic, request, &mut span)
-        .instrument(log_span)
-        .await;
-    span.end(&state, &result);
-    result
+    traced(state, topic, request, ingest_batch_traced).await
 }
 
 async fn ingest_batch_traced(

@@ -136,6 +136,25 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
     (router, openapi)
 }
 
+/// An RFC 3339 time of a request, or a 400 `invalid_time` naming `field`.
+pub(crate) fn parse_time(field: &str, text: &str) -> Result<crate::model::Timestamp, ApiError> {
+    crate::model::Timestamp::parse_rfc3339(text)
+        .map_err(|_| ApiError::bad_request("invalid_time", format!("`{field}` must be an RFC 3339 time")))
+}
+
+/// A JSON body that may be left empty (then every field takes its default); `what` names it in
+/// the 400.
+pub(crate) fn optional_json<T: Default + serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("malformed_body", format!("not {what}: {e}")))
+}
+
 /// The gateway's parts the API serves from.
 pub(crate) struct ApiDeps {
     pub(crate) config: Arc<ArcSwap<Config>>,

@@ -79,19 +79,8 @@ async fn console_token(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<ConsoleToken>, ApiError> {
-    if !valid_tenant(&tenant) {
-        return Err(ApiError::bad_request(
-            "invalid_tenant",
-            "a tenant is 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`",
-        ));
-    }
-    let input: ConsoleTokenIn = if body.iter().all(u8::is_ascii_whitespace) {
-        ConsoleTokenIn::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::bad_request("malformed_body", format!("not a console token request: {e}"))
-        })?
-    };
+    super::events::valid_tenant(&tenant)?;
+    let input: ConsoleTokenIn = super::optional_json(&body, "a console token request")?;
     let ttl = match input.ttl.as_deref() {
         None => DEFAULT_TTL,
         Some(text) => crate::policy::parse_duration(text)
@@ -117,13 +106,4 @@ async fn console_token(
         token,
         expires_at,
     }))
-}
-
-/// Tenants are named like endpoints.
-fn valid_tenant(tenant: &str) -> bool {
-    !tenant.is_empty()
-        && tenant.len() <= 128
-        && tenant
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }

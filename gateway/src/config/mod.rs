@@ -19,6 +19,7 @@ mod yaml;
 pub use api::{api_endpoint, blocked_address};
 pub use raw::RawConfig;
 use raw::RawTopic;
+pub use validate::valid_name;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -14,6 +14,15 @@ use super::raw::RawBinding;
 use crate::model::PluginBinding;
 use crate::policy::Policy;
 
+/// The rule of every name (topics, endpoints, tenants): they travel in URLs and metric labels.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 pub(super) struct Validator<'a> {
     pub(super) label: &'a str,
     pub(super) line_of: &'a dyn Fn(&str) -> usize,
@@ -86,12 +95,7 @@ impl Validator<'_> {
 
     /// Topic and endpoint names appear in URLs and metrics labels: keep them plain.
     pub(super) fn name(&mut self, path: &str, name: &str) {
-        let ok = !name.is_empty()
-            && name.len() <= MAX_NAME_LEN
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
+        if !valid_name(name) {
             self.problem(
                 path,
                 format!("`{name}` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`"),

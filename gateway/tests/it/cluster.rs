@@ -186,6 +186,21 @@ impl Cluster {
         panic!("node {i} did not come up; its log:\n{}", self.nodes[i].log());
     }
 
+    /// Waits until `check` holds for the answer at `path` on every node.
+    async fn wait_on_every_node(&self, what: &str, path: &str, check: impl Fn(&Value) -> bool) {
+        for i in 0..self.nodes.len() {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let answer = self.get(i, path).await;
+                if check(&answer) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "node {i} never {what}: {answer}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
     async fn get(&self, i: usize, path: &str) -> Value {
         let url = format!("{}{path}", self.nodes[i].base);
         self.http.get(url).send().await.unwrap().json().await.unwrap()
@@ -596,21 +611,10 @@ async fn an_endpoint_created_through_one_node_runs_on_all() {
     .unwrap();
     assert_eq!(created.status(), 201);
     // Every node learns of it (a notice, then a read of the store).
-    for i in 0..3 {
-        let deadline = Instant::now() + WAIT;
-        while call(i, reqwest::Method::GET, "/v1/endpoints/shared", None)
-            .await
-            .unwrap()
-            .status()
-            != 200
-        {
-            assert!(
-                Instant::now() < deadline,
-                "node {i} never learned of the endpoint"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    let shared = "/v1/endpoints/shared";
+    cluster
+        .wait_on_every_node("learned of the endpoint", shared, |v| v["name"] == "shared")
+        .await;
     assert!(cluster.post(1, json!({"type": "y", "payload": {"n": 1}})).await);
     let received = sink.wait_for(1, WAIT).await;
     assert_eq!(received[0].path, "/first");
@@ -624,16 +628,11 @@ async fn an_endpoint_created_through_one_node_runs_on_all() {
     .await
     .unwrap();
     assert_eq!(patched.status(), 200);
-    for i in 0..3 {
-        let deadline = Instant::now() + WAIT;
-        while !cluster.get(i, "/v1/endpoints/shared").await["url"]
-            .as_str()
-            .is_some_and(|u| u.ends_with("/second"))
-        {
-            assert!(Instant::now() < deadline, "node {i} kept the old URL");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    cluster
+        .wait_on_every_node("took the new URL", shared, |v| {
+            v["url"].as_str().is_some_and(|u| u.ends_with("/second"))
+        })
+        .await;
     assert!(cluster.post(0, json!({"type": "y", "payload": {"n": 2}})).await);
     let received = sink.wait_for(2, WAIT).await;
     assert_eq!(received[1].path, "/second");
@@ -642,16 +641,9 @@ async fn an_endpoint_created_through_one_node_runs_on_all() {
         .await
         .unwrap();
     assert_eq!(deleted.status(), 204);
-    for i in 0..3 {
-        let deadline = Instant::now() + WAIT;
-        while call(i, reqwest::Method::GET, "/v1/endpoints/shared", None)
-            .await
-            .unwrap()
-            .status()
-            != 404
-        {
-            assert!(Instant::now() < deadline, "node {i} kept the deleted endpoint");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    cluster
+        .wait_on_every_node("dropped the deleted endpoint", shared, |v| {
+            v["error"]["code"] == "endpoint_not_found"
+        })
+        .await;
 }

@@ -7,25 +7,9 @@ use serde_json::json;
 
 use crate::support::{Reply, Sink, TestGateway};
 
-async fn metrics_text(gw: &TestGateway) -> String {
-    gw.http
-        .get(format!("{}/metrics", gw.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The value of the series whose line starts with `series ` (0 when it is absent).
 async fn value(gw: &TestGateway, series: &str) -> f64 {
-    let prefix = format!("{series} ");
-    metrics_text(gw)
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
+    crate::support::metric(&gw.metrics_text().await, series)
 }
 
 /// The scheduler reports how late attempts start against their planned time

@@ -359,6 +359,18 @@ impl TestGateway {
         self.send(self.request(reqwest::Method::DELETE, path)).await
     }
 
+    /// `GET /metrics`: the Prometheus text (open, no key).
+    pub async fn metrics_text(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.send(self.request(reqwest::Method::GET, path)).await
     }
@@ -480,6 +492,15 @@ pub fn capture_logs() {
             .try_init();
         buffer
     });
+}
+
+/// The value of the series whose line starts with `series ` in a Prometheus text (0 when it
+/// is absent).
+pub fn metric(text: &str, series: &str) -> f64 {
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
 /// The log lines captured so far.

@@ -17,7 +17,7 @@ use prost::Message;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::support::{Reply, Sink, TestGateway, WAIT};
+use crate::support::{Reply, Sink, TestGateway, WAIT, metric};
 
 /// One span as the collector got it, with its resource's `service.name`.
 #[derive(Debug, Clone)]
@@ -170,24 +170,6 @@ fn yaml(sink: &Sink, collector: &str, extra_telemetry: &str) -> String {
          endpoints:\n  e:\n    url: {}\n    topics: [t]\n    policy: quick\n",
         sink.url("/hook")
     )
-}
-
-async fn metrics_text(gw: &TestGateway) -> String {
-    gw.http
-        .get(format!("{}/metrics", gw.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// The value of a counter series in the Prometheus text, 0 when absent.
-fn counter(text: &str, series: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 async fn wait_delivered(gw: &TestGateway, n: usize) -> Vec<Value> {
@@ -361,15 +343,19 @@ async fn an_unreachable_collector_changes_nothing_in_delivery() {
         1,
     )
     .await;
-    assert_eq!(counter(&text, "hookgate_trace_spans_exported_total"), 0, "{text}");
+    assert_eq!(
+        metric(&text, "hookgate_trace_spans_exported_total"),
+        0.0,
+        "{text}"
+    );
 }
 
 /// Waits until the counter series reaches `at_least`; returns the metrics text then.
 async fn wait_counter(gw: &TestGateway, series: &str, at_least: u64) -> String {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let text = metrics_text(gw).await;
-        if counter(&text, series) >= at_least {
+        let text = gw.metrics_text().await;
+        if metric(&text, series) >= at_least as f64 {
             return text;
         }
         assert!(
@@ -430,9 +416,9 @@ async fn a_collector_that_never_answers_fills_the_bounded_queue_and_drops_are_co
             .all(|d| d["attempt_count"] == 1 && d["last_error"].is_null())
     );
     // 20 spans; one export in flight and a queue of one: most are dropped at once.
-    let text = metrics_text(&gw).await;
+    let text = gw.metrics_text().await;
     assert!(
-        counter(&text, "hookgate_trace_spans_dropped_total{reason=\"queue_full\"}") > 0,
+        metric(&text, "hookgate_trace_spans_dropped_total{reason=\"queue_full\"}") > 0.0,
         "{text}"
     );
     // Shutdown does not wait for the silent collector's export timeout.
