@@ -326,9 +326,15 @@ impl TestGateway {
     }
 
     pub async fn send(&self, builder: reqwest::RequestBuilder) -> (u16, Value) {
-        let response = builder.send().await.unwrap();
+        let response = builder
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request failed: {e:?}"));
         let status = response.status().as_u16();
-        let bytes = response.bytes().await.unwrap();
+        let bytes = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("reading the answer ({status}) failed: {e:?}"));
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
