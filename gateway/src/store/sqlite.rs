@@ -22,6 +22,7 @@ pub struct SqliteOptions {
     pub write_queue: usize,
     /// Jobs per transaction at most.
     pub max_batch: usize,
+    /// Reads running at once, each on a connection of its own kept open between reads.
     pub read_connections: usize,
     /// The largest the database file may grow (`storage.max_size`), applied as
     /// `PRAGMA max_page_count`: a cap reached behaves like a full disk.
@@ -50,10 +51,15 @@ pub struct SqliteStore {
     uncapped_pages: u64,
 }
 
+/// The read connections. At most `max_idle` reads run at once (the rest wait for a permit),
+/// so a read always finds a connection that is open, has read the schema and holds its
+/// prepared statements: opening one per read when many deliveries read their events back at
+/// once (a backlog beyond the memory budget) cost more than the reads themselves.
 struct ReadPool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
     max_idle: usize,
+    permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl ReadPool {
@@ -104,6 +110,7 @@ impl SqliteStore {
                 path: options.path.clone(),
                 idle: Mutex::new(Vec::new()),
                 max_idle: options.read_connections.max(1),
+                permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1))),
             }),
             uncapped_pages,
         })
@@ -147,10 +154,17 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let pool = self.readers.clone();
+        let permit = pool
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))?;
         tokio::task::spawn_blocking(move || {
             let conn = pool.take()?;
             let result = f(&conn);
             pool.give_back(conn);
+            drop(permit);
             result
         })
         .await
@@ -224,6 +238,21 @@ fn parse_col<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Resul
 
 const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
      e.tenant, e.trace_id, e.trace_span_id";
+
+/// `?1` as a delivery id in a join. SQLite re-prepares a join whose `WHERE` compares a column
+/// with a bare parameter each time the statement runs (it propagates the bound value into the
+/// plan, so a new value expires the plan); a cast of the parameter is not propagated. The
+/// attempt of every delivery whose event is not held in memory runs such a read, and the
+/// re-preparing cost more than the read.
+const DELIVERY_ID_PARAM: &str = "CAST(?1 AS INTEGER)";
+
+/// A pending delivery with its event, read when its attempt is due.
+fn delivery_for_attempt_sql() -> String {
+    format!(
+        "SELECT d.endpoint, d.status, d.round, d.attempt_count, d.round_started_at, {EVENT_COLUMNS}
+         FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = {DELIVERY_ID_PARAM}"
+    )
+}
 
 fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
     Ok(Event {
@@ -451,7 +480,7 @@ fn restart_round(
     let row = conn
         .prepare_cached(&format!(
             "SELECT d.status, d.round, d.endpoint, {EVENT_COLUMNS}
-             FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
+             FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = {DELIVERY_ID_PARAM}"
         ))?
         .query_row(params![id.0], |row| {
             Ok((
@@ -678,10 +707,7 @@ impl Store for SqliteStore {
     async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>> {
         self.read(move |conn| {
             Ok(conn
-                .prepare_cached(&format!(
-                    "SELECT d.endpoint, d.status, d.round, d.attempt_count, d.round_started_at, {EVENT_COLUMNS}
-                     FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
-                ))?
+                .prepare_cached(&delivery_for_attempt_sql())?
                 .query_row(params![id.0], |row| {
                     Ok(DeliveryForAttempt {
                         id,
@@ -766,7 +792,8 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             let row = conn
                 .prepare_cached(&format!(
-                    "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.id = ?1"
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries d JOIN events e ON e.seq = d.event_seq \
+                     WHERE d.id = {DELIVERY_ID_PARAM}"
                 ))?
                 .query_row(params![id.0], delivery_from_row)
                 .optional()?;
@@ -790,7 +817,11 @@ impl Store for SqliteStore {
                                 .map(|k| k.parse::<ErrorKind>())
                                 .transpose()
                                 .map_err(|e| {
-                                    rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, e.into())
+                                    rusqlite::Error::FromSqlConversionFailure(
+                                        5,
+                                        rusqlite::types::Type::Text,
+                                        e.into(),
+                                    )
                                 })?,
                             error: r.get(6)?,
                             exchange: ExchangeColumns {
@@ -1214,6 +1245,38 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
         crate::store::contract::api_endpoint_writes(&store).await;
+    }
+
+    /// A due delivery's read keeps its plan: run with new ids it is neither re-prepared (see
+    /// [`DELIVERY_ID_PARAM`]) nor scans the table.
+    #[tokio::test]
+    async fn the_read_of_a_due_delivery_is_prepared_once_and_looks_up_by_id() {
+        use rusqlite::StatementStatus;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = SqliteStore::open(SqliteOptions::new(&path)).unwrap();
+        for i in 0..5 {
+            store.ingest(batch(&format!("e{i}"), 10)).await.unwrap();
+        }
+        let ids = pending_ids(&store).await;
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let sql = delivery_for_attempt_sql();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map([ids[0]], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(plan.iter().all(|step| step.starts_with("SEARCH")), "{plan:?}");
+        for id in &ids {
+            let mut stmt = conn.prepare_cached(&sql).unwrap();
+            let endpoint: String = stmt.query_row([id], |r| r.get(0)).unwrap();
+            assert_eq!(endpoint, "e");
+            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
+        }
+        store.close().await;
     }
 
     #[tokio::test]
