@@ -795,8 +795,10 @@ impl Bench {
         }
         let gw = self.start(&site, "plugins").await?;
         let events = self.scale.plugin_events;
-        // CPU per delivery of each topic, one value per measured round.
+        // CPU per delivery and deliveries/s (from the first request to the last delivery) of
+        // each topic, one value per measured round.
         let mut cpu_samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut rate_samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         // The plugin calls' own time (`hookgate_plugin_call_duration_seconds`, ns resolution)
         // over the measured plugged rounds, and the deliveries it was spent on.
         let (mut plugin_seconds, mut plugged_deliveries) = (0.0f64, 0u64);
@@ -814,6 +816,7 @@ impl Bench {
                 .histogram(&gw, "hookgate_plugin_call_duration_seconds")
                 .await?;
             let cpu_before = gw.cpu_time()?;
+            let started = Instant::now();
             let report = closed_loop(
                 &self.client,
                 &target(&gw, topic, 1024),
@@ -834,6 +837,7 @@ impl Bench {
                 bail!("the sink refused deliveries of `{topic}`");
             }
             if measured {
+                rate_samples[i % 2].push(report.deliveries as f64 / started.elapsed().as_secs_f64());
                 let cpu = (gw.cpu_time()? - cpu_before).as_secs_f64() * 1e6 / report.deliveries as f64;
                 cpu_samples[i % 2].push(cpu);
                 if topic == "plugged" {
@@ -855,6 +859,7 @@ impl Bench {
         }
         gw.stop().await?;
         let cpu_per_delivery = cpu_samples.map(|samples| crate::report::median(&samples));
+        let rates = rate_samples.map(|samples| crate::report::median(&samples));
         let plugin_us = plugin_seconds * 1e6 / plugged_deliveries.max(1) as f64;
         let overhead = cpu_per_delivery[1] - cpu_per_delivery[0];
         self.say(&format!(
@@ -862,7 +867,34 @@ impl Bench {
              the two plugin calls took {:.1} µs per delivery",
             cpu_per_delivery[0], cpu_per_delivery[1], plugin_us
         ));
+        self.say(&format!(
+            "end to end: {:.0} deliveries/s without plugins, {:.0} with transform + signer ({:.2}×)",
+            rates[0],
+            rates[1],
+            rates[1] / rates[0]
+        ));
         let r = &mut self.results;
+        r.record(
+            "plugin_rate_none",
+            "end to end, 1 KiB, batches of 100, no plugin",
+            "deliveries/s",
+            rates[0],
+            None,
+        );
+        r.record(
+            "plugin_rate_both",
+            "end to end, 1 KiB, batches of 100, transform + signer",
+            "deliveries/s",
+            rates[1],
+            None,
+        );
+        r.record(
+            "plugin_rate_ratio",
+            "end to end with transform + signer — share of the same without plugins",
+            "×",
+            rates[1] / rates[0],
+            Target::at_least(0.8),
+        );
         r.record(
             "plugin_cpu_none",
             "gateway CPU per 1 KiB delivery, no plugin",
