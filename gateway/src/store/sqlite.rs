@@ -51,14 +51,13 @@ pub struct SqliteStore {
     uncapped_pages: u64,
 }
 
-/// The read connections. At most `max_idle` reads run at once (the rest wait for a permit),
-/// so a read always finds a connection that is open, has read the schema and holds its
-/// prepared statements: opening one per read when many deliveries read their events back at
+/// The read connections. At most `read_connections` reads run at once (the rest wait for a
+/// permit), so no more connections than that are ever opened, and after the first reads each
+/// read finds one that is open, has read the schema and holds its prepared statements: opening one per read when many deliveries read their events back at
 /// once (a backlog beyond the memory budget) cost more than the reads themselves.
 struct ReadPool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
-    max_idle: usize,
     permits: Arc<tokio::sync::Semaphore>,
 }
 
@@ -75,11 +74,9 @@ impl ReadPool {
         Ok(conn)
     }
 
+    /// Keeps `conn` for the next read; the permits bound how many there are.
     fn give_back(&self, conn: Connection) {
-        let mut idle = self.idle.lock().expect("read pool lock");
-        if idle.len() < self.max_idle {
-            idle.push(conn);
-        }
+        self.idle.lock().expect("read pool lock").push(conn);
     }
 }
 
@@ -109,7 +106,6 @@ impl SqliteStore {
             readers: Arc::new(ReadPool {
                 path: options.path.clone(),
                 idle: Mutex::new(Vec::new()),
-                max_idle: options.read_connections.max(1),
                 permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1))),
             }),
             uncapped_pages,
@@ -159,7 +155,7 @@ impl SqliteStore {
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| StoreError::Unavailable("the store is shut down".into()))?;
+            .expect("the read permits are never closed");
         tokio::task::spawn_blocking(move || {
             let conn = pool.take()?;
             let result = f(&conn);
