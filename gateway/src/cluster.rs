@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::endpoint_admin::EndpointAdmin;
-use crate::model::{DeliveryId, Timestamp};
+use crate::model::{DeliveryId, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery};
 
@@ -380,8 +380,8 @@ impl ClusterTask {
         }
     }
 
-    /// Deliveries made pending, by notice: those of endpoints delivered here are read and go
-    /// to the scheduler, unless a full read took them in a moment ago. Of this node's own,
+    /// Deliveries made pending, by notice: those of endpoints delivered here are read, with
+    /// their events, and go to the scheduler, unless a full read took them in a moment ago. Of this node's own,
     /// only those of ordered endpoints: the scheduler takes ordered deliveries from notices
     /// alone, which arrive in commit order from every node (see `Actor::takes_directly`).
     async fn load_deliveries(
@@ -415,9 +415,9 @@ impl ClusterTask {
             }
         };
         self.recent.retain(|(at, _)| at.elapsed() < RECENT_LOAD);
-        let fresh: Vec<PendingDelivery> = pending
+        let fresh: Vec<(PendingDelivery, Arc<Event>)> = pending
             .into_iter()
-            .filter(|p| {
+            .filter(|(p, _)| {
                 !self
                     .recent
                     .iter()

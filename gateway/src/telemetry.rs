@@ -144,6 +144,13 @@ impl Metrics {
         self.histogram("hookgate_attempt_lateness_seconds", Vec::new())
     }
 
+    /// `hookgate_event_reads_total`: attempts that read their event from the store because
+    /// their delivery did not hold it in memory (after a restart, past the memory budget for
+    /// waiting events, or for deliveries of an endpoint a cluster node took over).
+    pub fn event_reads(&self) -> Counter {
+        self.counter("hookgate_event_reads_total", Vec::new())
+    }
+
     /// `hookgate_queue_depth`: deliveries waiting in the scheduler.
     pub fn queue_depth(&self) -> Gauge {
         self.gauge("hookgate_queue_depth", Vec::new())

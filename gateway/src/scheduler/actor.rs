@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
 use super::feeder::HealthReport;
 use super::handle::{Command, Publisher, Shared};
-use super::held::HeldEvent;
+use super::held::{HeldEvent, RunHolder};
 use super::lane::{self, Lane};
 use super::lifecycle;
 use crate::clock::Clock;
@@ -142,6 +142,8 @@ pub(super) struct Actor {
     pub(super) noticed_early: HashSet<DeliveryId>,
     pub(super) metrics: Metrics,
     lateness: metrics::Histogram,
+    /// Attempts started without their event in memory.
+    event_reads: metrics::Counter,
 }
 
 impl Actor {
@@ -160,6 +162,7 @@ impl Actor {
             traces: deps.traces,
         });
         let lateness = deps.metrics.attempt_lateness();
+        let event_reads = deps.metrics.event_reads();
         let actor = Actor {
             clock: deps.clock,
             store: deps.store,
@@ -189,6 +192,7 @@ impl Actor {
             noticed_early: HashSet::new(),
             metrics: deps.metrics,
             lateness,
+            event_reads,
         };
         let feeder = FeederChannels {
             changes: changes_rx,
@@ -210,14 +214,19 @@ impl Actor {
 
     /// Takes in one pending delivery read from the store (its event is read when due).
     pub(super) fn take_pending(&mut self, p: PendingDelivery, now: Timestamp) {
-        if !self.shared.receives_events(&p.endpoint) {
+        self.take_item(pending_item(p), now);
+    }
+
+    /// Takes in an item for a delivery read from the store.
+    pub(super) fn take_item(&mut self, item: Item, now: Timestamp) {
+        if !self.shared.receives_events(&item.endpoint) {
             // The pause was committed but not yet the failing of its waiting deliveries
             // when the gateway (or the node that paused it) stopped: finish that now.
-            self.fail_unsent(p.id, ErrorKind::EndpointPaused, now);
+            self.fail_unsent(item.id, ErrorKind::EndpointPaused, now);
             return;
         }
-        let at = p.next_attempt_at;
-        self.admit(pending_item(p), at);
+        let at = item.due_at;
+        self.admit(item, at);
     }
 
     /// Whether this node delivers the endpoint's deliveries.
@@ -311,7 +320,7 @@ impl Actor {
         match cmd {
             Command::Enqueue(ready) => {
                 let now = self.clock.now();
-                let mut last_held: Option<(Arc<Event>, Option<Arc<HeldEvent>>)> = None;
+                let mut holder = RunHolder::new(&self.held_bytes);
                 for r in ready {
                     if !self.takes_directly(&r.endpoint) {
                         self.await_notice(r.id, &r.endpoint);
@@ -322,17 +331,11 @@ impl Actor {
                         self.fail_unsent(r.id, ErrorKind::EndpointPaused, now);
                         continue;
                     }
-                    // The deliveries of a fan-out arrive together and share their event.
-                    let held = match &last_held {
-                        Some((event, held)) if Arc::ptr_eq(event, &r.event) => held.clone(),
-                        _ => HeldEvent::hold(r.event.clone(), &self.held_bytes),
-                    };
-                    last_held = Some((r.event.clone(), held.clone()));
                     let item = Item {
                         id: r.id,
                         ordering_key: r.event.ordering_key.as_deref().map(Arc::from),
                         endpoint: r.endpoint,
-                        event: held,
+                        event: holder.hold(&r.event),
                         round: r.round,
                         round_started_at: r.round_started_at,
                         attempts_made: r.attempts_made,
@@ -507,6 +510,9 @@ impl Actor {
     }
 
     fn start(&mut self, item: Item, config: &Arc<Config>) {
+        if item.event.is_none() {
+            self.event_reads.increment(1);
+        }
         self.shared
             .in_flight
             .lock()

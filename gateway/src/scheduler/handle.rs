@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::health::EndpointHealth;
-use crate::model::{DeliveryId, Timestamp};
+use crate::model::{DeliveryId, Event, Timestamp};
 use crate::store::{PendingDelivery, ReadyDelivery, Restarted};
 
 /// What the rest of the gateway asks of the actor.
@@ -31,10 +31,10 @@ pub(super) enum Command {
     },
     /// Another node delivers the endpoint now, or will once this one lets go.
     Disown(Arc<str>),
-    /// Deliveries made pending, from notices, and the ids of this node's own deliveries those
-    /// notices named (pending or not by now).
+    /// Deliveries made pending, from notices, with their events, and the ids of this node's
+    /// own deliveries those notices named (pending or not by now).
     Load {
-        pending: Vec<PendingDelivery>,
+        pending: Vec<(PendingDelivery, Arc<Event>)>,
         noticed: Vec<DeliveryId>,
     },
     /// Another node changed the endpoint's health.
@@ -195,7 +195,7 @@ impl SchedulerHandle {
     /// In a cluster: deliveries made pending, as their notices told (those of endpoints this
     /// node does not deliver are ignored); `noticed`: the ids of this node's own deliveries the
     /// notices named.
-    pub fn load(&self, pending: Vec<PendingDelivery>, noticed: Vec<DeliveryId>) {
+    pub fn load(&self, pending: Vec<(PendingDelivery, Arc<Event>)>, noticed: Vec<DeliveryId>) {
         if !pending.is_empty() || !noticed.is_empty() {
             self.send(Command::Load { pending, noticed });
         }

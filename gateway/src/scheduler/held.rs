@@ -45,6 +45,34 @@ impl Drop for HeldEvent {
     }
 }
 
+/// Holds the events of deliveries that arrive together: the deliveries of one event (a
+/// fan-out) come one after another and share one hold.
+pub(super) struct RunHolder {
+    held_bytes: Arc<AtomicU64>,
+    last: Option<(Arc<Event>, Option<Arc<HeldEvent>>)>,
+}
+
+impl RunHolder {
+    pub(super) fn new(held_bytes: &Arc<AtomicU64>) -> RunHolder {
+        RunHolder {
+            held_bytes: held_bytes.clone(),
+            last: None,
+        }
+    }
+
+    /// The hold for `event`: the previous delivery's when it carried the same event.
+    pub(super) fn hold(&mut self, event: &Arc<Event>) -> Option<Arc<HeldEvent>> {
+        if let Some((last, held)) = &self.last
+            && Arc::ptr_eq(last, event)
+        {
+            return held.clone();
+        }
+        let held = HeldEvent::hold(event.clone(), &self.held_bytes);
+        self.last = Some((event.clone(), held.clone()));
+        held
+    }
+}
+
 /// About what an event costs in memory: the struct, its strings and its payload.
 fn footprint(event: &Event) -> u64 {
     let strings = event.id.len()

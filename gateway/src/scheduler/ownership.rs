@@ -7,9 +7,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::actor::{Actor, pending_item};
+use super::actor::{Actor, Item, pending_item};
+use super::held::RunHolder;
 use crate::health::EndpointHealth;
-use crate::model::DeliveryId;
+use crate::model::{DeliveryId, Event};
 use crate::store::PendingDelivery;
 
 impl Actor {
@@ -64,10 +65,15 @@ impl Actor {
         self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
     }
 
-    /// Deliveries another node made pending. A new round of a delivery replaces the round
-    /// waiting here (a redeliver on another node); a first round already running here is not
-    /// taken twice.
-    pub(super) fn load_notified(&mut self, pending: Vec<PendingDelivery>, noticed: Vec<DeliveryId>) {
+    /// Deliveries another node made pending, with their events (held as far as the budget
+    /// for events in memory allows; see `held.rs`). A new round of a delivery replaces the
+    /// round waiting here (a redeliver on another node); a first round already running here
+    /// is not taken twice.
+    pub(super) fn load_notified(
+        &mut self,
+        pending: Vec<(PendingDelivery, Arc<Event>)>,
+        noticed: Vec<DeliveryId>,
+    ) {
         let now = self.clock.now();
         for id in noticed {
             if self.awaiting.remove(&id).is_none() {
@@ -75,20 +81,25 @@ impl Actor {
             }
         }
         self.count_awaiting();
-        for p in pending {
+        let mut holder = RunHolder::new(&self.held_bytes);
+        for (p, event) in pending {
             if !self.owns(&p.endpoint) {
                 continue;
             }
-            if p.round > 1 {
-                self.replace_waiting(pending_item(p));
+            let item = Item {
+                event: holder.hold(&event),
+                ..pending_item(p)
+            };
+            if item.round > 1 {
+                self.replace_waiting(item);
             } else if !self
                 .shared
                 .in_flight
                 .lock()
                 .expect("in-flight lock")
-                .contains_key(&p.id)
+                .contains_key(&item.id)
             {
-                self.take_pending(p, now);
+                self.take_item(item, now);
             }
         }
     }

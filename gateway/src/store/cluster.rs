@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::{PendingDelivery, StoreResult};
 use crate::health::EndpointHealth;
-use crate::model::{DeliveryId, Timestamp};
+use crate::model::{DeliveryId, Event, Timestamp};
 
 /// This node, as it announces itself.
 #[derive(Debug, Clone)]
@@ -92,8 +92,10 @@ pub trait ClusterStore: Send + Sync {
     /// Every pending delivery of these endpoints, oldest first.
     async fn pending_of(&self, endpoints: &[Arc<str>]) -> StoreResult<Vec<PendingDelivery>>;
 
-    /// Those of these deliveries that are pending, oldest first.
-    async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<PendingDelivery>>;
+    /// Those of these deliveries that are pending, oldest first, each with its event (one
+    /// `Arc` per event, shared by its deliveries): a node takes another's deliveries in whole,
+    /// so that their attempts need not read their events one by one.
+    async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<(PendingDelivery, Arc<Event>)>>;
 
     async fn health_of(&self, endpoint: &str) -> StoreResult<Option<EndpointHealth>>;
 

@@ -647,3 +647,55 @@ async fn an_endpoint_created_through_one_node_runs_on_all() {
         })
         .await;
 }
+
+/// Deliveries a node takes in from another node's commits come with their events: once the
+/// cluster has settled, no attempt on any node reads its event back from the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_from_other_nodes_come_with_their_events() {
+    let sink = Sink::start().await;
+    // Nine names that rendezvous hashing spreads over all three nodes.
+    let endpoints = 9;
+    let yaml = endpoints_yaml(&sink, endpoints, "");
+    let Some(cluster) = Cluster::start("", &yaml, &[]).await else {
+        return;
+    };
+    cluster.wait_settled(endpoints as u32).await;
+    let events = 30;
+    for i in 0..events {
+        assert!(
+            cluster
+                .post(i % 3, json!({"type": "x", "payload": {"i": i}}))
+                .await
+        );
+    }
+    sink.wait_for(events * endpoints, WAIT).await;
+    let mut attempts_per_node = Vec::new();
+    for node in &cluster.nodes {
+        let text = cluster
+            .http
+            .get(format!("{}/metrics", node.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(
+            crate::support::metric(&text, "hookgate_event_reads_total"),
+            0.0,
+            "an attempt read its event back on {}",
+            node.base
+        );
+        let attempts: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("hookgate_attempts_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        attempts_per_node.push(attempts);
+    }
+    // Every node delivered some, so every node took in deliveries the others accepted.
+    assert!(
+        attempts_per_node.iter().all(|a| *a > 0.0),
+        "attempts per node: {attempts_per_node:?}"
+    );
+}

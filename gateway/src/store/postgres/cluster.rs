@@ -3,6 +3,7 @@
 //! notices nodes send each other with `NOTIFY` on the schema's channel. A notice is sent inside
 //! the transaction that causes it, so it is delivered exactly when that commits.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,9 +13,12 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::{PENDING_SELECT, PgStore, execute, health_from_row, pending_from_rows, query, ts, u};
+use super::{
+    EVENT_COLUMNS, PENDING_SELECT, PgStore, event_from_row, execute, health_from_row, pending_from_rows,
+    query, ts, u,
+};
 use crate::health::EndpointHealth;
-use crate::model::{DeliveryId, Timestamp};
+use crate::model::{DeliveryId, Event, Timestamp};
 use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery, StoreResult};
 
 /// The database's clock in milliseconds since the epoch: leases and liveness are judged by one
@@ -206,7 +210,7 @@ impl ClusterStore for PgStore {
         Ok(pending_from_rows(&rows))
     }
 
-    async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<PendingDelivery>> {
+    async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<(PendingDelivery, Arc<Event>)>> {
         let conn = self.conn().await?;
         let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
         let rows = query(
@@ -215,7 +219,25 @@ impl ClusterStore for PgStore {
             &[&ids],
         )
         .await?;
-        Ok(pending_from_rows(&rows))
+        // Each event once, however many of its deliveries were announced.
+        let seqs: HashSet<i64> = rows.iter().map(|r| r.get(7)).collect();
+        let seqs: Vec<i64> = seqs.into_iter().collect();
+        let events: HashMap<i64, Arc<Event>> = query(
+            &conn,
+            &format!("SELECT e.seq, {EVENT_COLUMNS} FROM events e WHERE e.seq = ANY($1)"),
+            &[&seqs],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), Arc::new(event_from_row(r, 1))))
+        .collect();
+        // An event is purged only after its last delivery is: one missing here belongs to
+        // deliveries that ended (and were purged) between the two reads.
+        Ok(pending_from_rows(&rows)
+            .into_iter()
+            .zip(&rows)
+            .filter_map(|(p, row)| Some((p, events.get(&row.get::<_, i64>(7))?.clone())))
+            .collect())
     }
 
     async fn health_of(&self, endpoint: &str) -> StoreResult<Option<EndpointHealth>> {

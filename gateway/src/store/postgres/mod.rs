@@ -175,12 +175,12 @@ fn millis(t: Option<Timestamp>) -> Option<i64> {
     t.map(Timestamp::as_millis)
 }
 
-const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
+pub(super) const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
      e.tenant, e.trace_id, e.trace_span_id";
 /// How many columns [`EVENT_COLUMNS`] names: a column selected after them has this index.
 const EVENT_COLUMN_COUNT: usize = 10;
 
-fn event_from_row(row: &Row, first: usize) -> Event {
+pub(super) fn event_from_row(row: &Row, first: usize) -> Event {
     Event {
         id: row.get(first),
         topic: row.get(first + 1),
@@ -230,8 +230,10 @@ fn health_from_row(row: &Row, first: usize) -> StoreResult<EndpointHealth> {
 }
 
 /// Pending deliveries as the scheduler takes them in; a caller adds `AND …` and the order.
+/// Pending deliveries as [`pending_from_rows`] reads them; the event's `seq` comes last
+/// (column 7), for a read that takes the events too.
 const PENDING_SELECT: &str = "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, \
-     e.ordering_key, d.round_started_at FROM deliveries d JOIN events e ON e.seq = d.event_seq \
+     e.ordering_key, d.round_started_at, d.event_seq FROM deliveries d JOIN events e ON e.seq = d.event_seq \
      WHERE d.status = 'pending'";
 
 fn pending_from_rows(rows: &[Row]) -> Vec<PendingDelivery> {

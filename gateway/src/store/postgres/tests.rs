@@ -191,6 +191,7 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     );
     let pending = b.pending_by_ids(&[ready[0].id]).await.unwrap();
     assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].1.id, "evt_1");
     assert_eq!(
         b.pending_of(&e).await.unwrap(),
         b.pending_of(&[Arc::from("e"), Arc::from("x")]).await.unwrap()
@@ -199,6 +200,41 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     a.leave().await;
     let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
     assert_eq!(nodes.len(), 1, "a left the node list");
+}
+
+/// A node taking in deliveries another node announced reads their events with them, each
+/// event once however many of its deliveries it takes: their attempts read nothing more.
+#[tokio::test]
+async fn announced_deliveries_come_with_their_events_read_once_each() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let mut fanned = batch("evt_1");
+    fanned.items[0].endpoints.push(Target::untenanted("x"));
+    fanned.items.push(batch("evt_2").items.remove(0));
+    let IngestOutcome::Committed(ready) = store.ingest(fanned).await.unwrap() else {
+        panic!("not committed");
+    };
+    let mut ids: Vec<DeliveryId> = ready.iter().map(|r| r.id).collect();
+    ids.push(DeliveryId(i64::MAX));
+    let read = store.pending_by_ids(&ids).await.unwrap();
+    assert_eq!(read.len(), 3, "the three pending deliveries, not the unknown id");
+    for (p, event) in &read {
+        let sent = ready.iter().find(|r| r.id == p.id).unwrap();
+        assert_eq!(**event, *sent.event, "delivery {} carries its event", p.id);
+        assert_eq!(p.endpoint, sent.endpoint);
+    }
+    let of = |id: &str| {
+        read.iter()
+            .filter(|(_, e)| e.id == id)
+            .map(|(_, e)| e)
+            .collect::<Vec<_>>()
+    };
+    let (one, two) = (of("evt_1"), of("evt_2"));
+    assert_eq!((one.len(), two.len()), (2, 1));
+    assert!(
+        Arc::ptr_eq(one[0], one[1]),
+        "a fan-out's deliveries share one read of their event"
+    );
 }
 
 #[tokio::test]
