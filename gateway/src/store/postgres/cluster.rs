@@ -213,9 +213,13 @@ impl ClusterStore for PgStore {
     async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<(PendingDelivery, Arc<Event>)>> {
         let conn = self.conn().await?;
         let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
+        // The columns `pending_from_rows` reads, without the join to `events`: the ordering
+        // key comes with the event, read next.
         let rows = query(
             &conn,
-            &format!("{PENDING_SELECT} AND d.id = ANY($1) ORDER BY d.id"),
+            "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, NULL::text, d.round_started_at,
+                 d.event_seq
+             FROM deliveries d WHERE d.status = 'pending' AND d.id = ANY($1) ORDER BY d.id",
             &[&ids],
         )
         .await?;
@@ -236,7 +240,11 @@ impl ClusterStore for PgStore {
         Ok(pending_from_rows(&rows)
             .into_iter()
             .zip(&rows)
-            .filter_map(|(p, row)| Some((p, events.get(&row.get::<_, i64>(7))?.clone())))
+            .filter_map(|(p, row)| {
+                let event = events.get(&row.get::<_, i64>(7))?.clone();
+                let ordering_key = event.ordering_key.clone();
+                Some((PendingDelivery { ordering_key, ..p }, event))
+            })
             .collect())
     }
 

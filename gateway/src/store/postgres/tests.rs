@@ -210,7 +210,12 @@ async fn announced_deliveries_come_with_their_events_read_once_each() {
     let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     let mut fanned = batch("evt_1");
     fanned.items[0].endpoints.push(Target::untenanted("x"));
-    fanned.items.push(batch("evt_2").items.remove(0));
+    let mut keyed = batch("evt_2").items.remove(0);
+    keyed.event = Arc::new(Event {
+        ordering_key: Some("k".into()),
+        ..(*keyed.event).clone()
+    });
+    fanned.items.push(keyed);
     let IngestOutcome::Committed(ready) = store.ingest(fanned).await.unwrap() else {
         panic!("not committed");
     };
@@ -222,6 +227,7 @@ async fn announced_deliveries_come_with_their_events_read_once_each() {
         let sent = ready.iter().find(|r| r.id == p.id).unwrap();
         assert_eq!(**event, *sent.event, "delivery {} carries its event", p.id);
         assert_eq!(p.endpoint, sent.endpoint);
+        assert_eq!(p.ordering_key, sent.event.ordering_key);
     }
     let of = |id: &str| {
         read.iter()
