@@ -473,7 +473,8 @@ pub trait Store: Send + Sync + 'static {
     /// Removes an endpoint created through the API ([`StoreError::NotFound`] when there is none).
     async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()>;
 
-    /// Removes data older than the retention windows, a bounded batch per call.
+    /// Removes data older than the retention windows, a bounded batch per call. Nodes sharing
+    /// a store purge one at a time: a node that finds another purging removes nothing.
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged>;
 
     /// Caps the database at `max_bytes` (None: only SQLite's own limit). A write that would

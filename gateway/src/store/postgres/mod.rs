@@ -230,6 +230,9 @@ fn health_from_row(row: &Row, first: usize) -> StoreResult<EndpointHealth> {
 }
 
 /// Pending deliveries as the scheduler takes them in; a caller adds `AND …` and the order.
+/// The advisory lock a purge holds for its transaction: one per schema.
+const PURGE_LOCK: &str = "hashtextextended('hookgate-purge:' || current_schema(), 0)";
+
 /// Pending deliveries as [`pending_from_rows`] reads them; the event's `seq` comes last
 /// (column 7), for a read that takes the events too.
 const PENDING_SELECT: &str = "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, \
@@ -1198,6 +1201,18 @@ impl Store for PgStore {
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
+        // Every node runs the purge; one at a time does the work, so that nodes do not scan
+        // for the same rows and wait on each other's deletes.
+        let ours: bool = query(
+            &tx,
+            &format!("SELECT pg_try_advisory_xact_lock({PURGE_LOCK})"),
+            &[],
+        )
+        .await?[0]
+            .get(0);
+        if !ours {
+            return Ok(Purged::default());
+        }
         let batch = i64::from(cutoffs.batch);
         let ids: Vec<i64> = query(
             &tx,

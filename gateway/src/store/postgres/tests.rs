@@ -243,6 +243,44 @@ async fn announced_deliveries_come_with_their_events_read_once_each() {
     );
 }
 
+/// Nodes purge one at a time: while another holds the purge lock, a purge removes nothing;
+/// once it is free, the same purge does its work.
+#[tokio::test]
+async fn one_node_at_a_time_purges() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let mut old = batch("evt_1");
+    old.idempotency = Some(IdempotencyRecord {
+        scope: "anonymous".into(),
+        key: "k".into(),
+        request_hash: vec![1],
+        status: 202,
+        response: Bytes::from_static(b"{}"),
+        created_at: Timestamp::from_millis(1),
+    });
+    store.ingest(old).await.unwrap();
+    let cutoffs = RetentionCutoffs {
+        deliveries_before: Timestamp::from_millis(0),
+        events_before: Timestamp::from_millis(0),
+        idempotency_before: Timestamp::from_millis(1_000),
+        history_before: Timestamp::from_millis(0),
+        batch: 10,
+    };
+    let other = admin_client(&db.url).await;
+    other.batch_execute("BEGIN").await.unwrap();
+    other
+        .execute(&format!("SELECT pg_advisory_xact_lock({PURGE_LOCK})"), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.purge(cutoffs).await.unwrap(),
+        Purged::default(),
+        "another node is purging"
+    );
+    other.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(store.purge(cutoffs).await.unwrap().idempotency_keys, 1);
+}
+
 #[tokio::test]
 async fn migrations_run_once_and_a_newer_schema_is_refused() {
     let Some(db) = TestDb::create().await else { return };
