@@ -146,14 +146,7 @@ impl GatewayProcess {
     /// CPU time (user + system, every thread) the process has used so far.
     pub(crate) fn cpu_time(&self) -> anyhow::Result<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
-        // The command name may contain spaces; the fields after its closing parenthesis don't.
-        let after = stat.rsplit_once(')').context("the stat line")?.1;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-        Ok(Duration::from_secs_f64(
-            ticks as f64 / clock_ticks_per_second() as f64,
-        ))
+        Ok(stat_cpu(&stat).context("the stat line")?.1)
     }
 
     /// SIGTERM, then waits for the graceful shutdown to finish; returns how long it took.
@@ -195,4 +188,33 @@ fn clock_ticks_per_second() -> u64 {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(100)
     })
+}
+
+/// The command name and the CPU time (user + system) of a `/proc/PID/stat` line.
+fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
+    // The command name may contain spaces; the fields after its closing parenthesis don't.
+    let (head, after) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some((
+        name,
+        Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second() as f64),
+    ))
+}
+
+/// The CPU time so far of every process of this machine named `name`, by process id (a local
+/// database server's processes: `postgres`).
+pub(crate) fn cpu_by_process(name: &str) -> std::collections::HashMap<u32, Duration> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Default::default();
+    };
+    dir.filter_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (comm, cpu) = stat_cpu(&stat)?;
+        (comm == name).then_some((pid, cpu))
+    })
+    .collect()
 }

@@ -8,12 +8,15 @@ use anyhow::{Context, bail};
 use hookgate_loadgen::{Client, Shape, Stop, closed_loop, unix_us};
 use hookgate_sink::{Sink, SinkOptions};
 
-use crate::child::GatewayProcess;
+use crate::child::{GatewayProcess, cpu_by_process};
 use crate::report::Target;
 use crate::scenarios::{Bench, SECRET, Site, ensure_no_errors, target, wait_until};
 
 const ENDPOINTS: usize = 10;
 const BATCH: u64 = 100;
+/// Batch requests in flight at once, over all nodes: one node or three get the same clients
+/// (as behind a load balancer), so that the figures compare the nodes, not the load offered.
+const CLIENTS: usize = 6;
 
 /// A schema of its own for one run, dropped when the run ends.
 struct Schema {
@@ -54,8 +57,9 @@ async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
 
 impl Bench {
     /// Fan-out to 10 endpoints through `nodes` gateways on one PostgreSQL schema, each
-    /// ingesting an equal share in batches: deliveries/s from the first request to the last
-    /// delivery, and the nodes' CPU time per delivery.
+    /// ingesting an equal share in batches from an equal share of [`CLIENTS`]: deliveries/s
+    /// from the first request to the last delivery, and the CPU time per delivery of the nodes
+    /// and of a local database server.
     pub(crate) async fn postgres_e2e(
         &mut self,
         admin: &str,
@@ -65,7 +69,7 @@ impl Bench {
         let schema = Schema::create(admin).await?;
         let result = self.postgres_run(&schema.url(), nodes, events).await;
         schema.drop().await?;
-        let (rate, cpu_us) = result?;
+        let (rate, cpu_us, db_cpu_us) = result?;
         let (key, label, target) = match nodes {
             1 => (
                 "pg_e2e_fanout_10",
@@ -86,10 +90,26 @@ impl Bench {
             cpu_us,
             None,
         );
+        if let Some(db_cpu_us) = db_cpu_us {
+            self.results.record(
+                &format!("{key}_db_cpu"),
+                &format!("{label} — database server CPU per delivery"),
+                "µs",
+                db_cpu_us,
+                None,
+            );
+        }
         Ok(())
     }
 
-    async fn postgres_run(&mut self, url: &str, nodes: usize, events: u64) -> anyhow::Result<(f64, f64)> {
+    /// Deliveries/s, the nodes' CPU per delivery, and the database server's when it runs on
+    /// this machine (its `postgres` processes; None when none are seen).
+    async fn postgres_run(
+        &mut self,
+        url: &str,
+        nodes: usize,
+        events: u64,
+    ) -> anyhow::Result<(f64, f64, Option<f64>)> {
         let sink = Sink::start(SinkOptions {
             secret: Some(SECRET.into()),
             ..SinkOptions::loopback()
@@ -130,6 +150,7 @@ impl Bench {
             .iter()
             .map(|g| g.cpu_time())
             .sum::<anyhow::Result<Duration>>()?;
+        let db_before = cpu_by_process("postgres");
         let started_us = unix_us();
         let per_node = events.div_ceil(BATCH).div_ceil(nodes as u64);
         let loads = gateways.iter().zip(&clients).map(|(gw, client)| {
@@ -139,7 +160,7 @@ impl Bench {
                     client,
                     &t,
                     Shape::Batch(BATCH as usize),
-                    4,
+                    (CLIENTS / nodes).max(1),
                     Stop::Requests(per_node),
                 )
                 .await
@@ -161,6 +182,13 @@ impl Bench {
             .map(|g| g.cpu_time())
             .sum::<anyhow::Result<Duration>>()?
             - cpu_before;
+        // A backend that ended meanwhile takes its share with it; the nodes' pools keep theirs
+        // open, so that is little.
+        let db_after = cpu_by_process("postgres");
+        let db_cpu: Duration = db_after
+            .iter()
+            .map(|(pid, cpu)| cpu.saturating_sub(db_before.get(pid).copied().unwrap_or_default()))
+            .sum();
         let seconds = stats
             .last_request_unix_us
             .unwrap_or_else(unix_us)
@@ -174,7 +202,10 @@ impl Bench {
         }
         let rate = expected as f64 / seconds;
         let cpu_us = cpu.as_secs_f64() * 1e6 / expected as f64;
-        self.say(&format!("{nodes} node(s): {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery"));
-        Ok((rate, cpu_us))
+        let db_cpu_us = (!db_after.is_empty()).then(|| db_cpu.as_secs_f64() * 1e6 / expected as f64);
+        self.say(&format!(
+            "{nodes} node(s): {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery, database {db_cpu_us:?}"
+        ));
+        Ok((rate, cpu_us, db_cpu_us))
     }
 }
