@@ -381,9 +381,10 @@ impl ClusterTask {
     }
 
     /// Deliveries made pending, by notice: those of endpoints delivered here are read, with
-    /// their events, and go to the scheduler, unless a full read took them in a moment ago. Of this node's own,
-    /// only those of ordered endpoints: the scheduler takes ordered deliveries from notices
-    /// alone, which arrive in commit order from every node (see `Actor::takes_directly`).
+    /// their events, and go to the scheduler, unless a full read took them in a moment ago.
+    /// Of this node's own, only those of ordered endpoints: the scheduler takes ordered
+    /// deliveries from notices alone, which arrive in commit order from every node (see
+    /// `Actor::takes_directly`).
     async fn load_deliveries(
         &mut self,
         others: Vec<(Arc<str>, DeliveryId)>,

@@ -229,14 +229,12 @@ fn health_from_row(row: &Row, first: usize) -> StoreResult<EndpointHealth> {
     })
 }
 
-/// Pending deliveries as the scheduler takes them in; a caller adds `AND …` and the order.
 /// The advisory lock a purge holds for its transaction: one per schema.
 const PURGE_LOCK: &str = "hashtextextended('hookgate-purge:' || current_schema(), 0)";
 
-/// Pending deliveries as [`pending_from_rows`] reads them; the event's `seq` comes last
-/// (column 7), for a read that takes the events too.
+/// Pending deliveries as the scheduler takes them in; a caller adds `AND …` and the order.
 const PENDING_SELECT: &str = "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, \
-     e.ordering_key, d.round_started_at, d.event_seq FROM deliveries d JOIN events e ON e.seq = d.event_seq \
+     e.ordering_key, d.round_started_at FROM deliveries d JOIN events e ON e.seq = d.event_seq \
      WHERE d.status = 'pending'";
 
 fn pending_from_rows(rows: &[Row]) -> Vec<PendingDelivery> {
