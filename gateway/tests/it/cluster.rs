@@ -206,6 +206,12 @@ impl Cluster {
         self.http.get(url).send().await.unwrap().json().await.unwrap()
     }
 
+    /// Node `i`'s `GET /metrics`.
+    async fn metrics_text(&self, i: usize) -> String {
+        let url = format!("{}/metrics", self.nodes[i].base);
+        self.http.get(url).send().await.unwrap().text().await.unwrap()
+    }
+
     /// Ends every database connection of the nodes, as a database restart would.
     async fn terminate_connections(&self) -> u64 {
         let admin = std::env::var("HOOKGATE_TEST_POSTGRES").unwrap();
@@ -670,16 +676,8 @@ async fn deliveries_from_other_nodes_come_with_their_events() {
     }
     sink.wait_for(events * endpoints, WAIT).await;
     let mut attempts_per_node = Vec::new();
-    for node in &cluster.nodes {
-        let text = cluster
-            .http
-            .get(format!("{}/metrics", node.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let text = cluster.metrics_text(i).await;
         assert_eq!(
             crate::support::metric(&text, "hookgate_event_reads_total"),
             0.0,
