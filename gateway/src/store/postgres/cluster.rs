@@ -18,7 +18,7 @@ use super::{
     query, ts, u,
 };
 use crate::health::EndpointHealth;
-use crate::model::{DeliveryId, Event, Timestamp};
+use crate::model::{DeliveryId, DeliveryStatus, Event, Timestamp};
 use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery, StoreResult};
 
 /// The database's clock in milliseconds since the epoch: leases and liveness are judged by one
@@ -214,15 +214,18 @@ impl ClusterStore for PgStore {
         let conn = self.conn().await?;
         let ids: Vec<i64> = ids.iter().map(|id| id.0).collect();
         // The columns `pending_from_rows` reads, without the join to `events`: the ordering
-        // key comes with the event, read next.
-        let rows = query(
+        // key comes with the event, read next. The status is tested here, not in SQL, which
+        // keeps the read on the primary key: with `status = 'pending'` the planner may scan
+        // the whole index of pending deliveries instead.
+        let mut rows = query(
             &conn,
             "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, NULL::text, d.round_started_at,
-                 d.event_seq
-             FROM deliveries d WHERE d.status = 'pending' AND d.id = ANY($1) ORDER BY d.id",
+                 d.event_seq, d.status
+             FROM deliveries d WHERE d.id = ANY($1) ORDER BY d.id",
             &[&ids],
         )
         .await?;
+        rows.retain(|r| r.get::<_, &str>(8) == DeliveryStatus::Pending.as_str());
         // Each event once, however many of its deliveries were announced.
         let seqs: HashSet<i64> = rows.iter().map(|r| r.get(7)).collect();
         let seqs: Vec<i64> = seqs.into_iter().collect();

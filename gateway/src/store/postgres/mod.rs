@@ -385,10 +385,12 @@ async fn take_keys<C: GenericClient>(
     deliveries: usize,
 ) -> StoreResult<(Vec<i64>, Vec<i64>)> {
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    // The sequences by the names `BIGSERIAL` gave them: a name is resolved once per
+    // statement, where `pg_get_serial_sequence` would look it up for every key.
     let row = query(
         c,
-        "SELECT ARRAY(SELECT nextval(pg_get_serial_sequence('events', 'seq')) FROM generate_series(1, $1::bigint)),
-                ARRAY(SELECT nextval(pg_get_serial_sequence('deliveries', 'id')) FROM generate_series(1, $2::bigint))",
+        "SELECT ARRAY(SELECT nextval('events_seq_seq') FROM generate_series(1, $1::bigint)),
+                ARRAY(SELECT nextval('deliveries_id_seq') FROM generate_series(1, $2::bigint))",
         &[&count(events), &count(deliveries)],
     )
     .await?;
@@ -621,13 +623,15 @@ async fn write_attempts<C: GenericClient>(c: &C, writes: &[&AttemptWrite]) -> St
             .plus(Duration::from_millis(w.attempt.duration_ms))
             .as_millis()
     };
+    // `d.id = ANY($1)` keeps the plan on the primary key: joined with `unnest` alone, the
+    // planner may hash the batch and scan the whole table, each time.
     execute(
         c,
         "UPDATE deliveries d SET status = u.status, attempt_count = u.n, next_attempt_at = u.next,
              last_error = u.err, updated_at = u.updated
          FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[], $7::bigint[])
               AS u(id, status, n, next, err, updated, round)
-         WHERE d.id = u.id AND d.round = u.round",
+         WHERE d.id = ANY($1) AND d.id = u.id AND d.round = u.round",
         &[
             &last.iter().map(|w| w.delivery.0).collect::<Vec<_>>(),
             &last.iter().map(|w| w.status.as_str()).collect::<Vec<_>>(),

@@ -241,6 +241,18 @@ async fn announced_deliveries_come_with_their_events_read_once_each() {
         Arc::ptr_eq(one[0], one[1]),
         "a fan-out's deliveries share one read of their event"
     );
+
+    let ended = ready[0].id;
+    let finish = StateChange::Finish {
+        delivery: ended,
+        status: DeliveryStatus::Dead,
+        error: "expired".into(),
+        now: Timestamp::from_millis(2),
+    };
+    store.apply(Arc::from([finish])).await.unwrap();
+    let read = store.pending_by_ids(&ids).await.unwrap();
+    assert_eq!(read.len(), 2, "a delivery that ended is not taken in");
+    assert!(read.iter().all(|(p, _)| p.id != ended));
 }
 
 /// Nodes purge one at a time: while another holds the purge lock, a purge removes nothing;
