@@ -189,6 +189,10 @@ impl Bench {
             .iter()
             .map(|(pid, cpu)| cpu.saturating_sub(db_before.get(pid).copied().unwrap_or_default()))
             .sum();
+        let mut event_reads = 0.0;
+        for gw in &gateways {
+            event_reads += self.counter(gw, "hookgate_event_reads_total").await?;
+        }
         let seconds = stats
             .last_request_unix_us
             .unwrap_or_else(unix_us)
@@ -204,7 +208,8 @@ impl Bench {
         let cpu_us = cpu.as_secs_f64() * 1e6 / expected as f64;
         let db_cpu_us = (!db_after.is_empty()).then(|| db_cpu.as_secs_f64() * 1e6 / expected as f64);
         self.say(&format!(
-            "{nodes} node(s): {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery, database {db_cpu_us:?}"
+            "{nodes} node(s): {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery, database {db_cpu_us:?}; \
+             {event_reads} attempts read their event back"
         ));
         Ok((rate, cpu_us, db_cpu_us))
     }

@@ -550,6 +550,20 @@ impl Bench {
         Ok(Histogram::parse(&String::from_utf8_lossy(&text), name))
     }
 
+    /// The gateway's counter `name` (summed over its labels), read from `/metrics` now.
+    pub(crate) async fn counter(&self, gw: &GatewayProcess, name: &str) -> anyhow::Result<f64> {
+        let text = self
+            .client
+            .get(&format!("{}/metrics", gw.base_url()))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        Ok(String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
     /// Parks `parked` deliveries as pending retries an hour out, then runs probe deliveries
     /// whose retries are planned exactly (1 s apart, no jitter) and reads how late the
     /// scheduler starts them from `hookgate_attempt_lateness_seconds`.
