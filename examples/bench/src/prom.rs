@@ -1,5 +1,13 @@
-//! Reads one histogram out of the gateway's Prometheus text, and quantiles and sums out of the
-//! difference of two readings (so that only what happened between them counts).
+//! Reads one histogram or counter out of the gateway's Prometheus text, and quantiles and sums
+//! out of the difference of two readings (so that only what happened between them counts).
+
+/// The counter `name` from Prometheus text, summed over its labels; 0 when absent.
+pub(crate) fn counter(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| line.split(['{', ' ']).next() == Some(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
 
 /// Cumulative bucket counts by upper edge, ascending; the last edge is `+Inf`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -90,6 +98,14 @@ mod tests {
         assert_eq!(h.quantile_upper_edge(0.99), Some(0.0025));
         assert_eq!(h.quantile_upper_edge(1.0), Some(f64::INFINITY));
         assert_eq!(h.sum, 0.1);
+    }
+
+    #[test]
+    fn a_counter_is_summed_over_its_labels() {
+        let text = "# TYPE c counter\nc{node=\"a\"} 2\nc{node=\"b\"} 3\nc_other 7\nx_sum 1\n";
+        assert_eq!(counter(text, "c"), 5.0);
+        assert_eq!(counter("c 4\n", "c"), 4.0);
+        assert_eq!(counter(text, "absent"), 0.0);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::child::GatewayProcess;
 use crate::floor::NullServer;
-use crate::prom::Histogram;
+use crate::prom::{self, Histogram};
 use crate::report::{Results, Target};
 
 /// The Standard Webhooks test secret; the sink verifies every end-to-end delivery with it.
@@ -542,26 +542,21 @@ impl Bench {
 
     /// The gateway's histogram `name`, read from `/metrics` now.
     async fn histogram(&self, gw: &GatewayProcess, name: &str) -> anyhow::Result<Histogram> {
-        let text = self
-            .client
-            .get(&format!("{}/metrics", gw.base_url()))
-            .await
-            .map_err(anyhow::Error::msg)?;
-        Ok(Histogram::parse(&String::from_utf8_lossy(&text), name))
+        Ok(Histogram::parse(&self.metrics_text(gw).await?, name))
     }
 
     /// The gateway's counter `name` (summed over its labels), read from `/metrics` now.
     pub(crate) async fn counter(&self, gw: &GatewayProcess, name: &str) -> anyhow::Result<f64> {
+        Ok(prom::counter(&self.metrics_text(gw).await?, name))
+    }
+
+    async fn metrics_text(&self, gw: &GatewayProcess) -> anyhow::Result<String> {
         let text = self
             .client
             .get(&format!("{}/metrics", gw.base_url()))
             .await
             .map_err(anyhow::Error::msg)?;
-        Ok(String::from_utf8_lossy(&text)
-            .lines()
-            .filter(|l| l.split(['{', ' ']).next() == Some(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum())
+        Ok(String::from_utf8_lossy(&text).into_owned())
     }
 
     /// Parks `parked` deliveries as pending retries an hour out, then runs probe deliveries
