@@ -28,4 +28,4 @@ pub mod telemetry;
 pub mod traces;
 
 pub use reload::{ReloadOutcome, Reloader};
-pub use supervisor::{Gateway, GatewayOptions};
+pub use supervisor::{Gateway, GatewayOptions, runtime};

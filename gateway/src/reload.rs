@@ -220,6 +220,10 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
             "server.shutdown_grace",
             keep(&mut new.server.shutdown_grace, &old.server.shutdown_grace),
         ),
+        (
+            "server.workers",
+            keep(&mut new.server.workers, &old.server.workers),
+        ),
         ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
         ("storage.url", keep(&mut new.storage.url, &old.storage.url)),
         (

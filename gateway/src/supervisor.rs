@@ -64,6 +64,16 @@ impl GatewayOptions {
     }
 }
 
+/// The runtime a gateway runs on: `server.workers` worker threads, or one per CPU this
+/// process may use.
+pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = config.server.workers {
+        builder.worker_threads(workers as usize);
+    }
+    builder.enable_all().build()
+}
+
 /// A running gateway.
 pub struct Gateway {
     addr: SocketAddr,
@@ -470,6 +480,21 @@ async fn retention(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = clock.sleep_until(now.plus(EVERY)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_has_the_worker_threads_the_config_names() {
+        let mut config = Config::embedded_default();
+        for workers in [1, 3] {
+            config.server.workers = Some(workers);
+            let runtime = runtime(&config).unwrap();
+            assert_eq!(runtime.metrics().num_workers(), workers as usize);
         }
     }
 }

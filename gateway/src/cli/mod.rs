@@ -303,7 +303,7 @@ fn serve(config_path: Option<&Path>, time_scale: Option<f64>, watch_config: bool
         }
         None => Arc::new(SystemClock),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match crate::runtime(&config) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");

@@ -136,7 +136,20 @@ impl Validator<'_> {
                 raw.body_timeout.as_deref(),
                 defaults::BODY_TIMEOUT,
             ),
+            workers: self.workers(raw.workers),
         }
+    }
+
+    fn workers(&mut self, workers: Option<u32>) -> Option<u32> {
+        let workers = self.positive("server.workers", workers)?;
+        if workers > limits::MAX_WORKERS {
+            self.problem(
+                "server.workers",
+                format!("{workers} is more than {}", limits::MAX_WORKERS),
+            );
+            return None;
+        }
+        Some(workers)
     }
 
     fn api_keys(&mut self, raw: &[RawApiKey]) -> Vec<ApiKey> {

@@ -49,6 +49,8 @@ pub mod limits {
     pub const MIN_STORAGE_SIZE: usize = 64 * 1024;
     /// The shortest `cluster.lease`: renewals go every third of it.
     pub const MIN_CLUSTER_LEASE: Duration = Duration::from_secs(1);
+    /// The most `server.workers`: far more threads than cores only adds switching.
+    pub const MAX_WORKERS: u32 = 256;
     /// The largest CA file read: a bundle of a few hundred certificates.
     pub const MAX_CA_FILE_BYTES: u64 = 1 << 20;
     /// The largest `telemetry.max_queue_spans`: a span is about a kilobyte.

@@ -165,6 +165,8 @@ pub struct ServerConfig {
     pub rate_limit_per_key: Option<u32>,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    /// The runtime's worker threads; None: one per CPU this process may use.
+    pub workers: Option<u32>,
 }
 
 /// A key of `server.api_keys`: an admin's (no tenant) or a tenant's.

@@ -89,6 +89,10 @@ pub struct RawServer {
     /// How long a client may take to send a request body once its headers are in; a slower
     /// body is refused with 408. Default `30s`.
     pub body_timeout: Option<String>,
+    /// Threads that run requests, attempts and the store's work (the scheduler has one more
+    /// of its own), at most 256. Default: one per CPU this process may use. Several nodes on
+    /// one machine: give each its share. Read at start only.
+    pub workers: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

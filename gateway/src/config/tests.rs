@@ -84,6 +84,20 @@ fn the_embedded_default_listens_on_loopback_and_stores_under_data() {
 }
 
 #[test]
+fn worker_threads_are_one_per_cpu_unless_the_file_names_between_1_and_256() {
+    assert_eq!(Config::embedded_default().server.workers, None);
+    assert_eq!(load("server:\n  workers: 3\n").unwrap().server.workers, Some(3));
+    assert_eq!(
+        problems("server:\n  workers: 0\n"),
+        vec!["test.yaml:2: server.workers: must be at least 1"]
+    );
+    assert_eq!(
+        problems("server:\n  workers: 257\n"),
+        vec!["test.yaml:2: server.workers: 257 is more than 256"]
+    );
+}
+
+#[test]
 fn an_unknown_key_names_file_line_and_path() {
     let text = "topics:\n  orders: {}\nendpoints:\n  e:\n    url: http://x.example/\n    topics: [orders]\n    colour: blue\n";
     assert_eq!(

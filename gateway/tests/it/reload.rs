@@ -202,7 +202,7 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
     );
     let gw = TestGateway::start(&endpoints).await;
     let before = gw.gateway.as_ref().unwrap().config();
-    let changed = format!("server:\n  shutdown_grace: 3s\n  header_timeout: 7s\n{endpoints}");
+    let changed = format!("server:\n  shutdown_grace: 3s\n  header_timeout: 7s\n  workers: 3\n{endpoints}");
     // The base YAML already has `plugins:` and `delivery:` sections; extend them in place.
     let text = format!("{}{changed}", crate::support::base_yaml(gw.dir.path()))
         .replace(
@@ -221,6 +221,7 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
             needs_restart: vec![
                 "server.header_timeout",
                 "server.shutdown_grace",
+                "server.workers",
                 "plugins.call_timeout",
                 "plugins.memory",
                 "plugins.max_output",
@@ -234,6 +235,7 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
     assert_eq!(after.delivery.max_in_flight, 77, "reloadable: applied");
     assert_eq!(after.server.shutdown_grace, before.server.shutdown_grace);
     assert_eq!(after.server.header_timeout, before.server.header_timeout);
+    assert_eq!(after.server.workers, before.server.workers);
     assert_eq!(after.plugins.call_timeout, before.plugins.call_timeout);
     assert_eq!(after.plugins.memory_bytes, before.plugins.memory_bytes);
     assert_eq!(after.plugins.max_output_bytes, before.plugins.max_output_bytes);
@@ -241,6 +243,7 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
     for key in [
         "server.shutdown_grace",
         "server.header_timeout",
+        "server.workers",
         "plugins.call_timeout",
         "plugins.memory",
         "plugins.max_output",
