@@ -1,6 +1,10 @@
 //! The PostgreSQL figures: end-to-end delivery (batch ingestion, fan-out to 10) on one node and
 //! on three nodes sharing one database, beside the SQLite figures of the same run. Each run gets
 //! a fresh schema in the database of `--postgres`, dropped afterwards.
+//!
+//! Three nodes on one machine run as an operator would run them there: the cores split between
+//! them (`server.workers`). They also run once with a worker thread per core each, as a node
+//! left at its default would, to show what oversubscribing the cores costs.
 
 use std::time::Duration;
 
@@ -17,6 +21,56 @@ const BATCH: u64 = 100;
 /// Batch requests in flight at once, over all nodes: one node or three get the same clients
 /// (as behind a load balancer), so that the figures compare the nodes, not the load offered.
 const CLIENTS: usize = 6;
+
+/// How the nodes of a run share the machine.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Nodes {
+    /// One node, a worker thread per core (the default).
+    One,
+    /// This many nodes, the cores split between them: at least one worker thread each.
+    Shared(usize),
+    /// This many nodes, each with a worker thread per core (the default), more than the cores.
+    PerCore(usize),
+}
+
+impl Nodes {
+    fn count(self) -> usize {
+        match self {
+            Nodes::One => 1,
+            Nodes::Shared(n) | Nodes::PerCore(n) => n,
+        }
+    }
+
+    /// `server.workers` for each node; None: the default.
+    fn workers(self) -> Option<usize> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match self {
+            Nodes::Shared(n) => Some((cores / n).max(1)),
+            Nodes::One | Nodes::PerCore(_) => None,
+        }
+    }
+
+    /// The figure's key and label, and its target.
+    fn figure(self) -> (&'static str, String, Option<Target>) {
+        let what = "PostgreSQL, end to end, fan-out to 10";
+        match (self, self.workers()) {
+            (Nodes::Shared(n), Some(w)) => (
+                CLUSTER_KEY,
+                format!("{what}, {n} nodes, {w} worker thread(s) each"),
+                None,
+            ),
+            (Nodes::PerCore(n), _) => (
+                "pg_e2e_fanout_10_cluster_per_core",
+                format!("{what}, {n} nodes, a worker thread per core each"),
+                None,
+            ),
+            _ => (ONE_NODE_KEY, format!("{what}, 1 node"), Target::at_least(5000.0)),
+        }
+    }
+}
+
+const ONE_NODE_KEY: &str = "pg_e2e_fanout_10";
+const CLUSTER_KEY: &str = "pg_e2e_fanout_10_cluster";
 
 /// A schema of its own for one run, dropped when the run ends.
 struct Schema {
@@ -56,33 +110,25 @@ async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
 }
 
 impl Bench {
-    /// Fan-out to 10 endpoints through `nodes` gateways on one PostgreSQL schema, each
+    /// Fan-out to 10 endpoints through the gateways of `nodes` on one PostgreSQL schema, each
     /// ingesting an equal share in batches from an equal share of [`CLIENTS`]: deliveries/s
     /// from the first request to the last delivery, and the CPU time per delivery of the nodes
     /// and of a local database server.
     pub(crate) async fn postgres_e2e(
         &mut self,
         admin: &str,
-        nodes: usize,
+        nodes: Nodes,
         events: u64,
     ) -> anyhow::Result<()> {
         let schema = Schema::create(admin).await?;
         let result = self.postgres_run(&schema.url(), nodes, events).await;
         schema.drop().await?;
         let (rate, cpu_us, db_cpu_us) = result?;
-        let (key, label, target) = match nodes {
-            1 => (
-                "pg_e2e_fanout_10",
-                "PostgreSQL, end to end, fan-out to 10, 1 node".to_owned(),
-                Target::at_least(5000.0),
-            ),
-            n => (
-                "pg_e2e_fanout_10_cluster",
-                format!("PostgreSQL, end to end, fan-out to 10, {n} nodes"),
-                None,
-            ),
-        };
+        let (key, label, target) = nodes.figure();
         self.results.record(key, &label, "deliveries/s", rate, target);
+        if key == CLUSTER_KEY {
+            self.record_cluster_ratio(rate);
+        }
         self.results.record(
             &format!("{key}_cpu"),
             &format!("{label} — gateway CPU per delivery (all nodes)"),
@@ -102,20 +148,48 @@ impl Bench {
         Ok(())
     }
 
+    /// The cluster's rate as a share of one node's in the same run: at least 1 means that
+    /// sharing the work costs no more than it adds, even on the same cores.
+    fn record_cluster_ratio(&mut self, cluster_rate: f64) {
+        let runs = |key: &str| {
+            self.results
+                .figures
+                .iter()
+                .find(|f| f.key == key)
+                .map(|f| (f.runs.len(), f.runs.last().copied()))
+        };
+        // Only beside this run's one-node figure, not an earlier run's.
+        if let (Some((n, Some(one))), Some((m, _))) = (runs(ONE_NODE_KEY), runs(CLUSTER_KEY))
+            && n == m
+        {
+            self.results.record(
+                "pg_cluster_vs_one_node",
+                "PostgreSQL, 3 nodes' rate ÷ 1 node's, same run",
+                "×",
+                cluster_rate / one,
+                Target::at_least(1.0),
+            );
+        }
+    }
+
     /// Deliveries/s, the nodes' CPU per delivery, and the database server's when it runs on
     /// this machine (its `postgres` processes; None when none are seen).
     async fn postgres_run(
         &mut self,
         url: &str,
-        nodes: usize,
+        layout: Nodes,
         events: u64,
     ) -> anyhow::Result<(f64, f64, Option<f64>)> {
+        let nodes = layout.count();
         let sink = Sink::start(SinkOptions {
             secret: Some(SECRET.into()),
             ..SinkOptions::loopback()
         })
         .await?;
         let mut yaml = format!("storage:\n  url: \"{url}\"\ntopics:\n  orders: {{}}\nendpoints:\n");
+        if let Some(workers) = layout.workers() {
+            yaml.insert_str(0, &format!("server:\n  workers: {workers}\n"));
+        }
         for i in 0..ENDPOINTS {
             yaml.push_str(&format!(
                 "  e{i}: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
@@ -193,6 +267,7 @@ impl Bench {
         for gw in &gateways {
             event_reads += self.counter(gw, "hookgate_event_reads_total").await?;
         }
+        let split = self.lease_split(&gateways[0]).await?;
         let seconds = stats
             .last_request_unix_us
             .unwrap_or_else(unix_us)
@@ -208,9 +283,23 @@ impl Bench {
         let cpu_us = cpu.as_secs_f64() * 1e6 / expected as f64;
         let db_cpu_us = (!db_after.is_empty()).then(|| db_cpu.as_secs_f64() * 1e6 / expected as f64);
         self.say(&format!(
-            "{nodes} node(s): {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery, database {db_cpu_us:?}; \
-             {event_reads} attempts read their event back"
+            "{layout:?}: {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery, database {db_cpu_us:?}; \
+             {event_reads} attempts read their event back; endpoints per node {split}"
         ));
         Ok((rate, cpu_us, db_cpu_us))
+    }
+
+    /// How the endpoints are spread over the nodes, most first (`4/3/3`): rendezvous hashing
+    /// spreads 10 endpoints unevenly, and the busiest node sets the pace.
+    async fn lease_split(&self, gw: &GatewayProcess) -> anyhow::Result<String> {
+        let cluster = self.get_json(&format!("{}/v1/cluster", gw.base_url())).await?;
+        let mut leases: Vec<u64> = cluster["nodes"]
+            .as_array()
+            .context("nodes in /v1/cluster")?
+            .iter()
+            .filter_map(|n| n["leases"].as_u64())
+            .collect();
+        leases.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(leases.iter().map(u64::to_string).collect::<Vec<_>>().join("/"))
     }
 }

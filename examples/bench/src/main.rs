@@ -25,6 +25,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hookgate_loadgen::{Client, Shape};
 
+use crate::cluster::Nodes;
 use crate::report::Results;
 
 /// The gateway binary's allocator, for the gateways this executable runs (`__gateway`).
@@ -188,6 +189,7 @@ async fn run(args: Args) -> ExitCode {
             ("plugins", "plugin overhead"),
             ("postgres", "PostgreSQL, 1 node"),
             ("postgres", "PostgreSQL, 3 nodes"),
+            ("postgres", "PostgreSQL, 3 nodes, a thread per core each"),
         ] {
             // PostgreSQL only when there is one; asked for by name without one, it fails.
             let possible = name != "postgres" || args.postgres.is_some() || !args.only.is_empty();
@@ -215,9 +217,13 @@ async fn run(args: Args) -> ExitCode {
                 "plugin overhead" => bench.plugins().await,
                 pg => match &args.postgres {
                     Some(url) => {
-                        let nodes = if pg.ends_with("1 node") { 1 } else { 3 };
+                        let layout = match pg {
+                            "PostgreSQL, 1 node" => Nodes::One,
+                            "PostgreSQL, 3 nodes" => Nodes::Shared(3),
+                            _ => Nodes::PerCore(3),
+                        };
                         bench
-                            .postgres_e2e(url, nodes, bench.scale.fanout_events * 2)
+                            .postgres_e2e(url, layout, bench.scale.fanout_events * 2)
                             .await
                     }
                     None => Err(anyhow::anyhow!(

@@ -191,7 +191,7 @@ impl Bench {
         }
     }
 
-    async fn get_json(&self, url: &str) -> anyhow::Result<Value> {
+    pub(crate) async fn get_json(&self, url: &str) -> anyhow::Result<Value> {
         let body = self.client.get(url).await.map_err(anyhow::Error::msg)?;
         Ok(serde_json::from_slice(&body)?)
     }
