@@ -296,6 +296,10 @@ fn write_charts(dir: &Path, results: &Results, machine: &str) -> bool {
                 dir.join("bench-floor-share.svg"),
                 svg::floor_share_chart(results, machine),
             )
+        })
+        .and_then(|()| match svg::cluster_chart(results, machine) {
+            Some(chart) => std::fs::write(dir.join("bench-cluster.svg"), chart),
+            None => Ok(()),
         });
     match written {
         Ok(()) => {

@@ -1,5 +1,6 @@
-//! Two small hand-written SVG charts of a run: throughput, and latency percentiles. Horizontal
-//! bars with their value written out, and the target as a dashed mark where there is one.
+//! Small hand-written SVG charts of a run: throughput, its share of the floor, latency
+//! percentiles, and PostgreSQL's one node against three. Horizontal bars with their value
+//! written out, and the target as a dashed mark where there is one.
 
 use std::fmt::Write as _;
 
@@ -185,6 +186,34 @@ pub(crate) fn floor_share_chart(results: &Results, machine: &str) -> String {
     )
 }
 
+/// PostgreSQL deliveries/s on one node and on three on the same machine, the three measured
+/// against the one (None when the run had no PostgreSQL figures).
+pub(crate) fn cluster_chart(results: &Results, machine: &str) -> Option<String> {
+    let one = bar(results, "pg_e2e_fanout_10", "1 node", "deliveries/s")?;
+    let against_one = Target::at_least(one.value);
+    let three = [
+        ("pg_e2e_fanout_10_cluster", "3 nodes, cores split between them"),
+        (
+            "pg_e2e_fanout_10_cluster_per_core",
+            "3 nodes, a thread per core each",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, label)| {
+        let bar = bar(results, key, label, "deliveries/s")?;
+        Some(Bar {
+            target: against_one,
+            ..bar
+        })
+    });
+    let bars: Vec<Bar> = std::iter::once(one).chain(three).collect();
+    Some(bar_chart(
+        "PostgreSQL, end to end, fan-out to 10: one node and three on the same cores (medians)",
+        &format!("{machine}; PostgreSQL on the same cores; target: three nodes ≥ one"),
+        &bars,
+    ))
+}
+
 /// Ingest latency percentiles under load, and the scheduler's lateness.
 pub(crate) fn latency_chart(results: &Results, machine: &str) -> String {
     let bars: Vec<Bar> = [
@@ -219,5 +248,24 @@ mod tests {
         assert_eq!(svg.matches("stroke-dasharray").count(), 2);
         assert!(svg.contains("#d9822b"), "the missed target is marked");
         assert!(svg.contains("3.50 ms"));
+    }
+
+    #[test]
+    fn the_cluster_chart_holds_three_nodes_against_one() {
+        let mut r = Results::default();
+        assert!(
+            cluster_chart(&r, "2 cores").is_none(),
+            "no PostgreSQL run, no chart"
+        );
+        r.record("pg_e2e_fanout_10", "1", "deliveries/s", 100.0, None);
+        r.record("pg_e2e_fanout_10_cluster", "3", "deliveries/s", 90.0, None);
+        let svg = cluster_chart(&r, "2 cores").unwrap();
+        assert_eq!(svg.matches("<rect x=").count(), 2);
+        assert_eq!(
+            svg.matches("stroke-dasharray").count(),
+            1,
+            "only the three nodes' bar"
+        );
+        assert!(svg.contains("#d9822b"), "90 against 100 misses");
     }
 }
