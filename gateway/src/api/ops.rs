@@ -87,6 +87,8 @@ pub(crate) struct StatusView {
     topics: usize,
     /// Deliveries the scheduler holds (waiting or in flight).
     queue_depth: u64,
+    /// The worker threads this process runs on: `server.workers`, or one per CPU it may use.
+    workers: usize,
     last_reload: Option<ReloadView>,
     /// What keeps parts of the config from working now, e.g. `endpoint billing binds transform
     /// plugin "cloudevent" which is not loaded`. Empty when all is well.
@@ -107,6 +109,7 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
         endpoints: config.endpoints.len(),
         topics: config.topics.len(),
         queue_depth: state.scheduler.queue_depth(),
+        workers: tokio::runtime::Handle::current().metrics().num_workers(),
         last_reload: runtime.last_reload.map(|r| ReloadView {
             at: r.at,
             ok: r.ok,

@@ -29,12 +29,17 @@ impl RealGateway {
     /// `dir/hookgate.yaml`, starts `hookgate serve --config … <args>`, and waits until it
     /// answers `/healthz`.
     pub async fn start(dir: &Path, yaml: &str, args: &[&str]) -> RealGateway {
+        Self::start_with_server(dir, "", yaml, args).await
+    }
+
+    /// Like [`RealGateway::start`], with more `server:` settings (indented lines).
+    pub async fn start_with_server(dir: &Path, server: &str, yaml: &str, args: &[&str]) -> RealGateway {
         let port = free_port();
         let config = dir.join("hookgate.yaml");
         std::fs::write(
             &config,
             format!(
-                "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {dir}/db/hookgate.db\nplugins:\n  dir: {dir}/plugins\n{yaml}",
+                "server:\n  listen: 127.0.0.1:{port}\n{server}storage:\n  path: {dir}/db/hookgate.db\nplugins:\n  dir: {dir}/plugins\n{yaml}",
                 dir = dir.display()
             ),
         )
