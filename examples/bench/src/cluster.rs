@@ -53,18 +53,21 @@ impl Nodes {
     /// The figure's key and label, and its target.
     fn figure(self) -> (&'static str, String, Option<Target>) {
         let what = "PostgreSQL, end to end, fan-out to 10";
-        match (self, self.workers()) {
-            (Nodes::Shared(n), Some(w)) => (
+        match self {
+            Nodes::One => (ONE_NODE_KEY, format!("{what}, 1 node"), Target::at_least(5000.0)),
+            Nodes::Shared(n) => (
                 CLUSTER_KEY,
-                format!("{what}, {n} nodes, {w} worker thread(s) each"),
+                format!(
+                    "{what}, {n} nodes, {} worker thread(s) each",
+                    self.workers().unwrap_or(1)
+                ),
                 None,
             ),
-            (Nodes::PerCore(n), _) => (
+            Nodes::PerCore(n) => (
                 "pg_e2e_fanout_10_cluster_per_core",
                 format!("{what}, {n} nodes, a worker thread per core each"),
                 None,
             ),
-            _ => (ONE_NODE_KEY, format!("{what}, 1 node"), Target::at_least(5000.0)),
         }
     }
 }
