@@ -259,7 +259,7 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
 /// `server.workers` sets the real binary's worker threads (one here, where the default runs
 /// one per CPU), and `/v1/status` says how many run.
 #[tokio::test]
-async fn serve_runs_as_many_worker_threads_as_server_workers_names() {
+async fn the_real_binary_runs_as_many_worker_threads_as_server_workers_names() {
     let dir = tempfile::tempdir().unwrap();
     for (server, expected) in [("  workers: 1\n", 1), ("  workers: 3\n", 3)] {
         let gw = crate::binary::RealGateway::start_with_server(dir.path(), server, "", &[]).await;
