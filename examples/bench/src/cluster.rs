@@ -293,7 +293,7 @@ impl Bench {
     }
 
     /// How the endpoints are spread over the nodes, most first (`4/3/3`): rendezvous hashing
-    /// spreads 10 endpoints unevenly, and the busiest node sets the pace.
+    /// spreads 10 endpoints unevenly.
     async fn lease_split(&self, gw: &GatewayProcess) -> anyhow::Result<String> {
         let cluster = self.get_json(&format!("{}/v1/cluster", gw.base_url())).await?;
         let mut leases: Vec<u64> = cluster["nodes"]
