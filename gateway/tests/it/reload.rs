@@ -256,8 +256,8 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
     }
 }
 
-/// `server.workers` sets the real binary's worker threads (one here, where the default runs
-/// one per CPU), and `/v1/status` says how many run.
+/// `server.workers` sets the real binary's worker threads (one, then three, where the default
+/// would run one per CPU), and `/v1/status` says how many run.
 #[tokio::test]
 async fn the_real_binary_runs_as_many_worker_threads_as_server_workers_names() {
     let dir = tempfile::tempdir().unwrap();
