@@ -64,7 +64,7 @@ impl Nodes {
                 None,
             ),
             Nodes::PerCore(n) => (
-                "pg_e2e_fanout_10_cluster_per_core",
+                PER_CORE_KEY,
                 format!("{what}, {n} nodes, a worker thread per core each"),
                 None,
             ),
@@ -72,8 +72,10 @@ impl Nodes {
     }
 }
 
-const ONE_NODE_KEY: &str = "pg_e2e_fanout_10";
-const CLUSTER_KEY: &str = "pg_e2e_fanout_10_cluster";
+/// The keys of the deliveries/s figures, which the cluster chart draws.
+pub(crate) const ONE_NODE_KEY: &str = "pg_e2e_fanout_10";
+pub(crate) const CLUSTER_KEY: &str = "pg_e2e_fanout_10_cluster";
+pub(crate) const PER_CORE_KEY: &str = "pg_e2e_fanout_10_cluster_per_core";
 
 /// A schema of its own for one run, dropped when the run ends.
 struct Schema {
@@ -129,8 +131,8 @@ impl Bench {
         let (rate, cpu_us, db_cpu_us) = result?;
         let (key, label, target) = nodes.figure();
         self.results.record(key, &label, "deliveries/s", rate, target);
-        if key == CLUSTER_KEY {
-            self.record_cluster_ratio(rate);
+        if let Nodes::Shared(n) = nodes {
+            self.record_cluster_ratio(n, rate);
         }
         self.results.record(
             &format!("{key}_cpu"),
@@ -153,7 +155,7 @@ impl Bench {
 
     /// The cluster's rate as a share of one node's in the same run: at least 1 means that
     /// sharing the work costs no more than it adds, even on the same cores.
-    fn record_cluster_ratio(&mut self, cluster_rate: f64) {
+    fn record_cluster_ratio(&mut self, nodes: usize, cluster_rate: f64) {
         let runs = |key: &str| {
             self.results
                 .figures
@@ -167,7 +169,7 @@ impl Bench {
         {
             self.results.record(
                 "pg_cluster_vs_one_node",
-                "PostgreSQL, 3 nodes' rate ÷ 1 node's, same run",
+                &format!("PostgreSQL, {nodes} nodes' rate ÷ 1 node's, same run"),
                 "×",
                 cluster_rate / one,
                 Target::at_least(1.0),

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use crate::cluster::{CLUSTER_KEY, ONE_NODE_KEY, PER_CORE_KEY};
 use crate::report::{Bound, Results, Target, number};
 
 pub(crate) struct Bar {
@@ -189,14 +190,11 @@ pub(crate) fn floor_share_chart(results: &Results, machine: &str) -> String {
 /// PostgreSQL deliveries/s on one node and on three on the same machine, the three measured
 /// against the one (None when the run had no PostgreSQL figures).
 pub(crate) fn cluster_chart(results: &Results, machine: &str) -> Option<String> {
-    let one = bar(results, "pg_e2e_fanout_10", "1 node", "deliveries/s")?;
+    let one = bar(results, ONE_NODE_KEY, "1 node", "deliveries/s")?;
     let against_one = Target::at_least(one.value);
     let three = [
-        ("pg_e2e_fanout_10_cluster", "3 nodes, cores split between them"),
-        (
-            "pg_e2e_fanout_10_cluster_per_core",
-            "3 nodes, a thread per core each",
-        ),
+        (CLUSTER_KEY, "3 nodes, cores split between them"),
+        (PER_CORE_KEY, "3 nodes, a thread per core each"),
     ]
     .into_iter()
     .filter_map(|(key, label)| {
