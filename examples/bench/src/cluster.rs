@@ -4,7 +4,10 @@
 //!
 //! Three nodes on one machine run as an operator would run them there: the cores split between
 //! them (`server.workers`). They also run once with a worker thread per core each, as a node
-//! left at its default would, to show what oversubscribing the cores costs.
+//! left at its default would, to show what oversubscribing the cores costs, and once apart: three
+//! single nodes on a schema each, the same cores split the same way, which share nothing. The
+//! cluster against the nodes apart is what coordinating costs; the nodes apart against one node
+//! is what running three processes on the same cores costs.
 
 use std::time::Duration;
 
@@ -31,13 +34,24 @@ pub(crate) enum Nodes {
     Shared(usize),
     /// This many nodes, each with a worker thread per core (the default), more than the cores.
     PerCore(usize),
+    /// This many single nodes on a schema each, sharing nothing, the cores split like
+    /// `Shared`: the control that tells coordinating from running several processes.
+    Apart(usize),
 }
 
 impl Nodes {
     fn count(self) -> usize {
         match self {
             Nodes::One => 1,
-            Nodes::Shared(n) | Nodes::PerCore(n) => n,
+            Nodes::Shared(n) | Nodes::PerCore(n) | Nodes::Apart(n) => n,
+        }
+    }
+
+    /// How many schemas the nodes use: one each when apart, else one for all.
+    fn schemas(self) -> usize {
+        match self {
+            Nodes::Apart(n) => n,
+            Nodes::One | Nodes::Shared(_) | Nodes::PerCore(_) => 1,
         }
     }
 
@@ -45,7 +59,7 @@ impl Nodes {
     fn workers(self) -> Option<usize> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         match self {
-            Nodes::Shared(n) => Some((cores / n).max(1)),
+            Nodes::Shared(n) | Nodes::Apart(n) => Some((cores / n).max(1)),
             Nodes::One | Nodes::PerCore(_) => None,
         }
     }
@@ -68,6 +82,14 @@ impl Nodes {
                 format!("{what}, {n} nodes, a worker thread per core each"),
                 None,
             ),
+            Nodes::Apart(n) => (
+                APART_KEY,
+                format!(
+                    "{what}, {n} single nodes apart (a schema each), {} worker thread(s) each",
+                    self.workers().unwrap_or(1)
+                ),
+                None,
+            ),
         }
     }
 }
@@ -76,6 +98,7 @@ impl Nodes {
 pub(crate) const ONE_NODE_KEY: &str = "pg_e2e_fanout_10";
 pub(crate) const CLUSTER_KEY: &str = "pg_e2e_fanout_10_cluster";
 pub(crate) const PER_CORE_KEY: &str = "pg_e2e_fanout_10_cluster_per_core";
+pub(crate) const APART_KEY: &str = "pg_e2e_fanout_10_apart";
 
 /// A schema of its own for one run, dropped when the run ends.
 struct Schema {
@@ -115,24 +138,54 @@ async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
 }
 
 impl Bench {
-    /// Fan-out to 10 endpoints through the gateways of `nodes` on one PostgreSQL schema, each
-    /// ingesting an equal share in batches from an equal share of [`CLIENTS`]: deliveries/s
-    /// from the first request to the last delivery, and the CPU time per delivery of the nodes
-    /// and of a local database server.
+    /// Fan-out to 10 endpoints through the gateways of `nodes` on PostgreSQL (one schema, or
+    /// one each when apart), each ingesting an equal share in batches from an equal share of
+    /// [`CLIENTS`]: deliveries/s from the first request to the last delivery, and the CPU time
+    /// per delivery of the nodes and of a local database server.
     pub(crate) async fn postgres_e2e(
         &mut self,
         admin: &str,
         nodes: Nodes,
         events: u64,
     ) -> anyhow::Result<()> {
-        let schema = Schema::create(admin).await?;
-        let result = self.postgres_run(&schema.url(), nodes, events).await;
-        schema.drop().await?;
+        let mut schemas = Vec::new();
+        let mut result = Ok(());
+        for _ in 0..nodes.schemas() {
+            match Schema::create(admin).await {
+                Ok(schema) => schemas.push(schema),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let result = match result {
+            Ok(()) => {
+                let urls: Vec<String> = schemas.iter().map(Schema::url).collect();
+                self.postgres_run(&urls, nodes, events).await
+            }
+            Err(e) => Err(e),
+        };
+        for schema in schemas {
+            schema.drop().await?;
+        }
         let (rate, cpu_us, db_cpu_us) = result?;
         let (key, label, target) = nodes.figure();
         self.results.record(key, &label, "deliveries/s", rate, target);
-        if let Nodes::Shared(n) = nodes {
-            self.record_cluster_ratio(n, rate);
+        match nodes {
+            Nodes::Shared(n) => self.record_ratio(
+                "pg_cluster_vs_one_node",
+                &format!("PostgreSQL, {n} nodes' rate ÷ 1 node's, same run"),
+                (ONE_NODE_KEY, CLUSTER_KEY),
+                Target::at_least(1.0),
+            ),
+            Nodes::Apart(n) => self.record_ratio(
+                "pg_cluster_vs_apart",
+                &format!("PostgreSQL, {n} nodes' rate in a cluster ÷ apart, same run"),
+                (APART_KEY, CLUSTER_KEY),
+                None,
+            ),
+            Nodes::One | Nodes::PerCore(_) => {}
         }
         self.results.record(
             &format!("{key}_cpu"),
@@ -153,27 +206,10 @@ impl Bench {
         Ok(())
     }
 
-    /// The cluster's rate as a share of one node's in the same run: at least 1 means that
-    /// sharing the work costs no more than it adds, even on the same cores.
-    fn record_cluster_ratio(&mut self, nodes: usize, cluster_rate: f64) {
-        let runs = |key: &str| {
-            self.results
-                .figures
-                .iter()
-                .find(|f| f.key == key)
-                .map(|f| (f.runs.len(), f.runs.last().copied()))
-        };
-        // Only beside this run's one-node figure, not an earlier run's.
-        if let (Some((n, Some(one))), Some((m, _))) = (runs(ONE_NODE_KEY), runs(CLUSTER_KEY))
-            && n == m
-        {
-            self.results.record(
-                "pg_cluster_vs_one_node",
-                &format!("PostgreSQL, {nodes} nodes' rate ÷ 1 node's, same run"),
-                "×",
-                cluster_rate / one,
-                Target::at_least(1.0),
-            );
+    /// Records `over ÷ under` of this run, when both figures have one.
+    fn record_ratio(&mut self, key: &str, label: &str, (under, over): (&str, &str), target: Option<Target>) {
+        if let Some(ratio) = self.results.last_ratio(under, over) {
+            self.results.record(key, label, "×", ratio, target);
         }
     }
 
@@ -181,7 +217,7 @@ impl Bench {
     /// this machine (its `postgres` processes; None when none are seen).
     async fn postgres_run(
         &mut self,
-        url: &str,
+        urls: &[String],
         layout: Nodes,
         events: u64,
     ) -> anyhow::Result<(f64, f64, Option<f64>)> {
@@ -191,36 +227,46 @@ impl Bench {
             ..SinkOptions::loopback()
         })
         .await?;
-        let mut yaml = format!("storage:\n  url: \"{url}\"\ntopics:\n  orders: {{}}\nendpoints:\n");
+        let mut body = String::from("topics:\n  orders: {}\nendpoints:\n");
         if let Some(workers) = layout.workers() {
-            yaml.insert_str(0, &format!("server:\n  workers: {workers}\n"));
+            body.insert_str(0, &format!("server:\n  workers: {workers}\n"));
         }
         for i in 0..ENDPOINTS {
-            yaml.push_str(&format!(
+            body.push_str(&format!(
                 "  e{i}: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
                 sink.url(&format!("/hook/{i}"))
             ));
         }
-        let site = Site::without_sqlite(&self.work_root, &yaml)?;
+        let sites = urls
+            .iter()
+            .map(|url| Site::without_sqlite(&self.work_root, &format!("storage:\n  url: \"{url}\"\n{body}")))
+            .collect::<anyhow::Result<Vec<Site>>>()?;
         let mut gateways: Vec<GatewayProcess> = Vec::new();
         for n in 0..nodes {
-            gateways.push(self.start_more(&site, &format!("pg-{nodes}-node{n}")).await?);
+            let site = &sites[n % sites.len()];
+            gateways.push(self.start_more(site, &format!("pg-{nodes}-node{n}")).await?);
         }
         // Every node's first turn has run when it is READY; a turn later the endpoints have
         // spread over the nodes.
-        tokio::time::sleep(Duration::from_secs(if nodes > 1 { 6 } else { 0 })).await;
+        tokio::time::sleep(Duration::from_secs(if nodes > sites.len() { 6 } else { 0 })).await;
         let clients: Vec<Client> = (0..nodes).map(|_| Client::new(64)).collect();
-        let warm = closed_loop(
-            &clients[0],
-            &target(&gateways[0], "orders", 200),
-            Shape::Batch(BATCH as usize),
-            1,
-            Stop::Requests(1),
-        )
-        .await?;
-        ensure_no_errors(&warm, "warm-up")?;
+        // A batch through each node, so that every node has sent to every endpoint it
+        // delivers before the clock starts.
+        let mut warmed = 0;
+        for (gw, client) in gateways.iter().zip(&clients) {
+            let warm = closed_loop(
+                client,
+                &target(gw, "orders", 200),
+                Shape::Batch(BATCH as usize),
+                1,
+                Stop::Requests(1),
+            )
+            .await?;
+            ensure_no_errors(&warm, "warm-up")?;
+            warmed += warm.deliveries;
+        }
         wait_until("the warm-up deliveries", Duration::from_secs(60), || {
-            sink.answered_ok() >= warm.deliveries
+            sink.answered_ok() >= warmed
         })
         .await?;
         sink.reset();
@@ -272,7 +318,11 @@ impl Bench {
         for gw in &gateways {
             event_reads += self.counter(gw, "hookgate_event_reads_total").await?;
         }
-        let split = self.lease_split(&gateways[0]).await?;
+        let mut splits = Vec::new();
+        for gw in gateways.iter().take(sites.len()) {
+            splits.push(self.lease_split(gw).await?);
+        }
+        let split = splits.join(" + ");
         let seconds = stats
             .last_request_unix_us
             .unwrap_or_else(unix_us)

@@ -189,6 +189,7 @@ async fn run(args: Args) -> ExitCode {
             ("plugins", "plugin overhead"),
             ("postgres", "PostgreSQL, 1 node"),
             ("postgres", "PostgreSQL, 3 nodes"),
+            ("postgres", "PostgreSQL, 3 nodes apart"),
             ("postgres", "PostgreSQL, 3 nodes, a thread per core each"),
         ] {
             // PostgreSQL only when there is one; asked for by name without one, it fails.
@@ -220,6 +221,7 @@ async fn run(args: Args) -> ExitCode {
                         let layout = match pg {
                             "PostgreSQL, 1 node" => Nodes::One,
                             "PostgreSQL, 3 nodes" => Nodes::Shared(3),
+                            "PostgreSQL, 3 nodes apart" => Nodes::Apart(3),
                             _ => Nodes::PerCore(3),
                         };
                         bench

@@ -61,6 +61,14 @@ pub(crate) struct Results {
 }
 
 impl Results {
+    /// The last run of figure `over` as a share of `under`'s, when both have as many runs: the
+    /// two are then of the same run, not one of an earlier run's.
+    pub(crate) fn last_ratio(&self, under: &str, over: &str) -> Option<f64> {
+        let runs = |key: &str| Some(&self.figures.iter().find(|f| f.key == key)?.runs);
+        let (under, over) = (runs(under)?, runs(over)?);
+        (under.len() == over.len()).then_some(over.last()? / under.last()?)
+    }
+
     /// Adds one run's value of a figure.
     pub(crate) fn record(&mut self, key: &str, label: &str, unit: &str, value: f64, target: Option<Target>) {
         let figure = match self.figures.iter_mut().position(|f| f.key == key) {
@@ -195,6 +203,23 @@ mod tests {
         let table = r.table();
         assert!(table.contains("9000 / 7000 / 8500"), "{table}");
         assert!(table.contains("MISSED"), "{table}");
+    }
+
+    #[test]
+    fn a_ratio_is_of_two_figures_of_the_same_run() {
+        let mut r = Results::default();
+        r.record("one", "1", "/s", 100.0, None);
+        assert_eq!(r.last_ratio("one", "three"), None, "no second figure yet");
+        r.record("three", "3", "/s", 90.0, None);
+        assert_eq!(r.last_ratio("one", "three"), Some(0.9));
+        r.record("one", "1", "/s", 200.0, None);
+        assert_eq!(
+            r.last_ratio("one", "three"),
+            None,
+            "run 2 of one against run 1 of three"
+        );
+        r.record("three", "3", "/s", 220.0, None);
+        assert_eq!(r.last_ratio("one", "three"), Some(1.1));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::cluster::{CLUSTER_KEY, ONE_NODE_KEY, PER_CORE_KEY};
+use crate::cluster::{APART_KEY, CLUSTER_KEY, ONE_NODE_KEY, PER_CORE_KEY};
 use crate::report::{Bound, Results, Target, number};
 
 pub(crate) struct Bar {
@@ -192,22 +192,25 @@ pub(crate) fn floor_share_chart(results: &Results, machine: &str) -> String {
 pub(crate) fn cluster_chart(results: &Results, machine: &str) -> Option<String> {
     let one = bar(results, ONE_NODE_KEY, "1 node", "deliveries/s")?;
     let against_one = Target::at_least(one.value);
+    // The nodes apart are the control (no coordination at all), so they have no target.
     let three = [
-        (CLUSTER_KEY, "3 nodes, cores split between them"),
-        (PER_CORE_KEY, "3 nodes, a thread per core each"),
+        (CLUSTER_KEY, "3 nodes, cores split between them", against_one),
+        (APART_KEY, "3 single nodes apart, cores split", None),
+        (PER_CORE_KEY, "3 nodes, a thread per core each", against_one),
     ]
     .into_iter()
-    .filter_map(|(key, label)| {
-        let bar = bar(results, key, label, "deliveries/s")?;
+    .filter_map(|(key, label, target)| {
         Some(Bar {
-            target: against_one,
-            ..bar
+            target,
+            ..bar(results, key, label, "deliveries/s")?
         })
     });
     let bars: Vec<Bar> = std::iter::once(one).chain(three).collect();
     Some(bar_chart(
         "PostgreSQL, end to end, fan-out to 10: one node and three on the same cores (medians)",
-        &format!("{machine}; PostgreSQL on the same cores; target: three nodes ≥ one"),
+        &format!(
+            "{machine}; PostgreSQL on the same cores; target: three nodes ≥ one; apart: no cluster, the control"
+        ),
         &bars,
     ))
 }
@@ -257,12 +260,13 @@ mod tests {
         );
         r.record("pg_e2e_fanout_10", "1", "deliveries/s", 100.0, None);
         r.record("pg_e2e_fanout_10_cluster", "3", "deliveries/s", 90.0, None);
+        r.record("pg_e2e_fanout_10_apart", "3 apart", "deliveries/s", 85.0, None);
         let svg = cluster_chart(&r, "2 cores").unwrap();
-        assert_eq!(svg.matches("<rect x=").count(), 2);
+        assert_eq!(svg.matches("<rect x=").count(), 3);
         assert_eq!(
             svg.matches("stroke-dasharray").count(),
             1,
-            "only the three nodes' bar"
+            "only the cluster's bar: the nodes apart are the control"
         );
         assert!(svg.contains("#d9822b"), "90 against 100 misses");
     }
