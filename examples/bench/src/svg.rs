@@ -209,7 +209,7 @@ pub(crate) fn cluster_chart(results: &Results, machine: &str) -> Option<String> 
     Some(bar_chart(
         "PostgreSQL, end to end, fan-out to 10: one node and three on the same cores (medians)",
         &format!(
-            "{machine}; PostgreSQL on the same cores; target: three nodes ≥ one; apart: no cluster, the control"
+            "{machine}; PostgreSQL on the same cores; target: 3 nodes ≥ 1; apart: no cluster"
         ),
         &bars,
     ))
