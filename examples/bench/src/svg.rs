@@ -208,9 +208,7 @@ pub(crate) fn cluster_chart(results: &Results, machine: &str) -> Option<String> 
     let bars: Vec<Bar> = std::iter::once(one).chain(three).collect();
     Some(bar_chart(
         "PostgreSQL, end to end, fan-out to 10: one node and three on the same cores (medians)",
-        &format!(
-            "{machine}; PostgreSQL on the same cores; target: 3 nodes ≥ 1; apart: no cluster"
-        ),
+        &format!("{machine}; PostgreSQL on the same cores; target: 3 nodes ≥ 1; apart: no cluster"),
         &bars,
     ))
 }
