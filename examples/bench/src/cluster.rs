@@ -149,23 +149,14 @@ impl Bench {
         events: u64,
     ) -> anyhow::Result<()> {
         let mut schemas = Vec::new();
-        let mut result = Ok(());
-        for _ in 0..nodes.schemas() {
-            match Schema::create(admin).await {
-                Ok(schema) => schemas.push(schema),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+        let result = async {
+            for _ in 0..nodes.schemas() {
+                schemas.push(Schema::create(admin).await?);
             }
+            let urls: Vec<String> = schemas.iter().map(Schema::url).collect();
+            self.postgres_run(&urls, nodes, events).await
         }
-        let result = match result {
-            Ok(()) => {
-                let urls: Vec<String> = schemas.iter().map(Schema::url).collect();
-                self.postgres_run(&urls, nodes, events).await
-            }
-            Err(e) => Err(e),
-        };
+        .await;
         for schema in schemas {
             schema.drop().await?;
         }
