@@ -225,6 +225,7 @@ impl ClusterTask {
             Err(e) => return self.renewal_failed(&e),
         };
         self.renewed = Some(asked);
+        self.show_own_leases(held.len());
         // Leases of an earlier run under this node id: given back at the next turn.
         for stale in held.iter().filter(|e| !wanted.contains(*e)) {
             self.draining.insert(stale.clone(), Some(0));
@@ -286,6 +287,16 @@ impl ClusterTask {
             .filter(|e| owner_of(&live, e) == Some(self.node.id.as_str()))
             .cloned()
             .collect()
+    }
+
+    /// This node's row of the view with the leases it holds now, not at the turn's heartbeat
+    /// (which read them before the turn took any): a node shows its leases as soon as it serves.
+    fn show_own_leases(&self, leases: usize) {
+        let mut nodes = self.view.load().as_ref().clone();
+        if let Some(own) = nodes.iter_mut().find(|n| n.id == self.node.id) {
+            own.leases = u32::try_from(leases).unwrap_or(u32::MAX);
+            self.view.store(Arc::new(nodes));
+        }
     }
 
     /// Takes over endpoints whose leases this node now holds: the scheduler takes them, then

@@ -105,6 +105,22 @@ async fn metrics_move_with_traffic() {
     assert!(text.contains("# TYPE hookgate_queue_depth gauge"), "{text}");
 }
 
+/// A node lists itself in `/v1/cluster` with its leases as soon as it serves: on SQLite the one
+/// node delivers every endpoint; on PostgreSQL, alone on its schema, its first turn took them all.
+#[tokio::test]
+async fn the_cluster_view_counts_this_nodes_leases_as_soon_as_it_serves() {
+    let sink = Sink::start().await;
+    let endpoints: String = (0..3)
+        .map(|i| format!("  lease-{i}:\n    url: {}\n    topics: [t]\n", sink.url("/")))
+        .collect();
+    let gw = TestGateway::start(&format!("topics:\n  t: {{}}\nendpoints:\n{endpoints}")).await;
+    let (status, body) = gw.get("/v1/cluster").await;
+    assert_eq!(status, 200, "{body}");
+    let nodes = body["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{body}");
+    assert_eq!(nodes[0]["leases"], 3, "{body}");
+}
+
 #[tokio::test]
 async fn the_openapi_document_describes_every_route_and_every_route_in_it_exists() {
     let sink = Sink::start().await;
