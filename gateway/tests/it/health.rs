@@ -705,7 +705,10 @@ async fn the_real_binary_with_a_day_per_second_walks_an_endpoint_down_and_replay
         queued_while_paused <= 1,
         "{queued_while_paused} events queued while paused"
     );
-    assert!(missed.len() >= 10, "only {} missed events", missed.len());
+    // How many depends on how many requests the app's loop gets through in the pause's four
+    // real seconds (about 80 on an idle machine, 9 once on a loaded one); a few are enough
+    // to show that the replay sends exactly those.
+    assert!(missed.len() >= 3, "only {} missed events", missed.len());
 
     sink.always(Reply::status(200));
     let before_replay = sink.count();
