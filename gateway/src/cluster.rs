@@ -206,12 +206,11 @@ impl ClusterTask {
     /// One turn: announce this node, work out which endpoints it should deliver, renew and
     /// take their leases, give back what it no longer delivers, and load what it gained.
     async fn renew(&mut self) {
-        let (now, nodes) = match self.store.heartbeat(&self.node).await {
+        let (now, mut nodes) = match self.store.heartbeat(&self.node).await {
             Ok(answer) => answer,
             Err(e) => return self.renewal_failed(&e),
         };
         let desired = self.desired(now, &nodes);
-        self.view.store(Arc::new(nodes));
         for endpoint in self.owned.iter().filter(|e| !desired.contains(*e)) {
             self.scheduler.disown(endpoint.clone());
             self.draining.insert(endpoint.clone(), None);
@@ -222,10 +221,18 @@ impl ClusterTask {
         let asked = Instant::now();
         let held = match self.store.hold_endpoints(&wanted, &release, self.lease).await {
             Ok(held) => held.into_iter().collect::<HashSet<_>>(),
-            Err(e) => return self.renewal_failed(&e),
+            Err(e) => {
+                self.view.store(Arc::new(nodes));
+                return self.renewal_failed(&e);
+            }
         };
         self.renewed = Some(asked);
-        self.show_own_leases(held.len());
+        // The heartbeat counted this node's leases before this turn took any: the view shows
+        // what it holds now, so that a node shows its leases as soon as it serves.
+        if let Some(own) = nodes.iter_mut().find(|n| n.id == self.node.id) {
+            own.leases = u32::try_from(held.len()).unwrap_or(u32::MAX);
+        }
+        self.view.store(Arc::new(nodes));
         // Leases of an earlier run under this node id: given back at the next turn.
         for stale in held.iter().filter(|e| !wanted.contains(*e)) {
             self.draining.insert(stale.clone(), Some(0));
@@ -287,16 +294,6 @@ impl ClusterTask {
             .filter(|e| owner_of(&live, e) == Some(self.node.id.as_str()))
             .cloned()
             .collect()
-    }
-
-    /// This node's row of the view with the leases it holds now, not at the turn's heartbeat
-    /// (which read them before the turn took any): a node shows its leases as soon as it serves.
-    fn show_own_leases(&self, leases: usize) {
-        let mut nodes = self.view.load().as_ref().clone();
-        if let Some(own) = nodes.iter_mut().find(|n| n.id == self.node.id) {
-            own.leases = u32::try_from(leases).unwrap_or(u32::MAX);
-            self.view.store(Arc::new(nodes));
-        }
     }
 
     /// Takes over endpoints whose leases this node now holds: the scheduler takes them, then

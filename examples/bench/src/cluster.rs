@@ -67,16 +67,10 @@ impl Nodes {
     /// The figure's key and label, and its target.
     fn figure(self) -> (&'static str, String, Option<Target>) {
         let what = "PostgreSQL, end to end, fan-out to 10";
+        let each = format!("{} worker thread(s) each", self.workers().unwrap_or(1));
         match self {
             Nodes::One => (ONE_NODE_KEY, format!("{what}, 1 node"), Target::at_least(5000.0)),
-            Nodes::Shared(n) => (
-                CLUSTER_KEY,
-                format!(
-                    "{what}, {n} nodes, {} worker thread(s) each",
-                    self.workers().unwrap_or(1)
-                ),
-                None,
-            ),
+            Nodes::Shared(n) => (CLUSTER_KEY, format!("{what}, {n} nodes, {each}"), None),
             Nodes::PerCore(n) => (
                 PER_CORE_KEY,
                 format!("{what}, {n} nodes, a worker thread per core each"),
@@ -84,10 +78,7 @@ impl Nodes {
             ),
             Nodes::Apart(n) => (
                 APART_KEY,
-                format!(
-                    "{what}, {n} single nodes apart (a schema each), {} worker thread(s) each",
-                    self.workers().unwrap_or(1)
-                ),
+                format!("{what}, {n} single nodes apart (a schema each), {each}"),
                 None,
             ),
         }
