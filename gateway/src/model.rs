@@ -449,6 +449,10 @@ impl PluginBinding {
 #[error("unknown name `{0}`")]
 pub struct UnknownName(pub String);
 
+/// What every console token starts with, and so what no API key may start with: the API
+/// tells the two kinds of bearer apart by it.
+pub const CONSOLE_TOKEN_PREFIX: &str = "hgc_";
+
 /// A secret string (endpoint signing secret, API key): never printed, never serialized.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Secret(String);

@@ -8,7 +8,6 @@ use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{ReloadStatus, RuntimeStatus};
 use crate::clock::Clock;
 use crate::config::{self, Config, ConfigError};
 use crate::delivery::Sender;
@@ -16,6 +15,25 @@ use crate::plugins::{PluginHost, World};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{ApiEndpointRow, Store};
 use crate::telemetry::Metrics;
+
+/// What `GET /v1/status` reports besides counters: when the gateway started and how the last
+/// config reload went. The reloader writes it; the API reads it.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeStatus {
+    pub started_at: Option<crate::model::Timestamp>,
+    pub last_reload: Option<ReloadStatus>,
+    /// Plugin bindings that cannot work now (plugin missing or of another kind).
+    pub binding_problems: Vec<crate::config::BindingProblem>,
+}
+
+/// How the last config reload went.
+#[derive(Debug, Clone)]
+pub struct ReloadStatus {
+    pub at: crate::model::Timestamp,
+    pub ok: bool,
+    /// `file:line: path: reason` lines when the reload was refused.
+    pub errors: Vec<String>,
+}
 
 /// Applies config reloads (from the file watcher, SIGHUP or a test) and records how they went.
 #[derive(Clone)]
@@ -297,15 +315,22 @@ impl Reloader {
         let before = std::mem::replace(&mut status.binding_problems, found.clone());
         drop(status);
         for gone in before.iter().filter(|p| !found.contains(p)) {
-            self.metrics.binding_problem(gone).set(0.0);
+            self.problem_gauge(gone).set(0.0);
             tracing::info!("resolved: {gone}");
         }
         for problem in &found {
-            self.metrics.binding_problem(problem).set(1.0);
+            self.problem_gauge(problem).set(1.0);
             if announce == Announce::All || !before.contains(problem) {
                 tracing::warn!("{problem}; its attempts fail with plugin_error until it is");
             }
         }
+    }
+}
+
+impl Reloader {
+    fn problem_gauge(&self, p: &config::BindingProblem) -> metrics::Gauge {
+        self.metrics
+            .binding_problem(&p.endpoint, p.role, &p.plugin, p.code())
     }
 }
 

@@ -19,7 +19,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, ApiDeps, AppState, RuntimeStatus};
+use crate::api::{self, ApiDeps, AppState};
+use crate::attempt::AttemptEnv;
 use crate::clock::Clock;
 use crate::cluster::{ClusterTask, ClusterView};
 use crate::commit::Committer;
@@ -32,7 +33,6 @@ use crate::model::Timestamp;
 use crate::plugins::{PluginHost, PluginLimits};
 use crate::recovery::Recovery;
 use crate::reload::{Announce, Reloader, review_bindings_on_plugin_changes};
-use crate::scheduler::attempt::AttemptEnv;
 use crate::scheduler::{Scheduler, SchedulerDeps};
 use crate::server::{self, ServerLimits};
 use crate::store::{NodeInfo, PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store};
@@ -153,9 +153,9 @@ impl Gateway {
             plugins,
             scheduler: scheduler_handle,
             sender,
-            status: Arc::new(Mutex::new(RuntimeStatus {
+            status: Arc::new(Mutex::new(crate::reload::RuntimeStatus {
                 started_at: Some(clock.now()),
-                ..RuntimeStatus::default()
+                ..crate::reload::RuntimeStatus::default()
             })),
             clock,
             store: store.clone(),

@@ -14,8 +14,6 @@ use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::BindingProblem;
-
 /// Bucket edges of every `_seconds` histogram without buckets of its own.
 const SECONDS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -212,12 +210,18 @@ impl Metrics {
 
     /// `hookgate_plugin_binding_problems{endpoint, binding, plugin, problem}`: 1 while a
     /// binding's plugin is missing or of the wrong kind.
-    pub fn binding_problem(&self, p: &BindingProblem) -> Gauge {
+    pub fn binding_problem(
+        &self,
+        endpoint: &str,
+        binding: &'static str,
+        plugin: &str,
+        problem: &'static str,
+    ) -> Gauge {
         let labels = vec![
-            label("endpoint", p.endpoint.to_string()),
-            label("binding", p.role),
-            label("plugin", p.plugin.clone()),
-            label("problem", p.code()),
+            label("endpoint", endpoint.to_owned()),
+            label("binding", binding),
+            label("plugin", plugin.to_owned()),
+            label("problem", problem),
         ];
         self.gauge("hookgate_plugin_binding_problems", labels)
     }

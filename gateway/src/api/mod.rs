@@ -30,14 +30,16 @@ pub use error::ApiError;
 pub use events::{BodyForm, parse_body};
 pub use tokens::CONSOLE_TOKEN_PREFIX;
 
+pub use crate::reload::{ReloadStatus, RuntimeStatus};
+
 use self::auth::BearerScheme;
 
+use crate::attempt::AttemptEnv;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::ingest::Ingestor;
 use crate::recovery::Recovery;
 use crate::scheduler::SchedulerHandle;
-use crate::scheduler::attempt::AttemptEnv;
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -73,24 +75,6 @@ pub struct Shared {
     pub(crate) console_fallback_key: crate::model::Secret,
     /// The ingestion spans (and the ids of every request's trace).
     pub(crate) traces: crate::traces::Traces,
-}
-
-/// What `GET /v1/status` reports besides counters: when the gateway started and how the last
-/// config reload went.
-#[derive(Debug, Clone, Default)]
-pub struct RuntimeStatus {
-    pub started_at: Option<crate::model::Timestamp>,
-    pub last_reload: Option<ReloadStatus>,
-    /// Plugin bindings that cannot work now (plugin missing or of another kind).
-    pub binding_problems: Vec<crate::config::BindingProblem>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ReloadStatus {
-    pub at: crate::model::Timestamp,
-    pub ok: bool,
-    /// `file:line: path: reason` lines when the reload was refused.
-    pub errors: Vec<String>,
 }
 
 #[derive(OpenApi)]

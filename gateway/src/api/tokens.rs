@@ -15,8 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::config::ServerConfig;
 use crate::model::{Secret, Timestamp};
 
-/// What every console token starts with (and no API key may).
-pub const CONSOLE_TOKEN_PREFIX: &str = "hgc_";
+pub use crate::model::CONSOLE_TOKEN_PREFIX;
 
 /// Why a presented token opens nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -165,7 +165,7 @@ impl Validator<'_> {
             };
             if key.trim().is_empty() {
                 self.problem(&path, "an API key may not be empty".into());
-            } else if key.starts_with(crate::api::CONSOLE_TOKEN_PREFIX) {
+            } else if key.starts_with(crate::model::CONSOLE_TOKEN_PREFIX) {
                 self.problem(
                     &path,
                     "an API key may not look like a console token (`hgc_…`)".into(),

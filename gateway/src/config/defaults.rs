@@ -27,7 +27,7 @@ pub const MAX_IN_FLIGHT: u32 = 512;
 pub const MAX_IN_FLIGHT_PER_ENDPOINT: u32 = 16;
 
 /// PostgreSQL connections a node opens at most for its work.
-pub const PG_MAX_CONNECTIONS: usize = 16;
+pub const PG_MAX_CONNECTIONS: usize = crate::store::PG_MAX_CONNECTIONS;
 
 /// How long a node's claim on an endpoint lasts without renewal (PostgreSQL clusters).
 pub const CLUSTER_LEASE: Duration = Duration::from_secs(15);

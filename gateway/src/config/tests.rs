@@ -367,3 +367,33 @@ fn deeply_nested_yaml_is_a_problem_not_a_crash() {
     );
     load(&ok).unwrap();
 }
+
+use crate::delivery::tests::tls;
+
+#[test]
+fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
+    let pki = tls::test_pki();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("ca.pem");
+    std::fs::write(&good, &pki.ca_pem).unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "hello\n").unwrap();
+    let huge = dir.path().join("huge.pem");
+    std::fs::write(&huge, pki.ca_pem.repeat((1 << 20) / pki.ca_pem.len() + 1)).unwrap();
+    let yaml = |file: &std::path::Path| format!("delivery:\n  ca_certs: [{}]\n", file.display());
+
+    let config = load_str(&yaml(&good), "t.yaml", None, |_| None).unwrap();
+    assert_eq!(config.delivery.extra_roots, vec![pki.ca.clone()]);
+
+    for (file, why) in [
+        (junk.as_path(), "no `BEGIN CERTIFICATE`"),
+        (huge.as_path(), "larger than 1024 KiB"),
+        (dir.path(), "not a regular file"),
+        (&dir.path().join("missing.pem"), "No such file"),
+    ] {
+        let err = load_str(&yaml(file), "t.yaml", None, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("delivery.ca_certs[0]") && err.contains(why), "{err}");
+    }
+}

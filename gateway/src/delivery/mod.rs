@@ -25,7 +25,7 @@ pub mod signing;
 pub mod ssrf;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

@@ -803,7 +803,7 @@ async fn an_unreachable_first_address_falls_back_to_the_next() {
 // ---------------------------------------------------------------------------------------
 
 #[path = "../../tests/support/tls.rs"]
-mod tls;
+pub(crate) mod tls;
 use tls::{test_pki, tls_server};
 
 fn tls_sender(extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>) -> Sender {
@@ -863,34 +863,6 @@ async fn a_certificate_for_another_name_is_a_tls_failure_even_from_a_trusted_ca(
         result.outcome
     );
     assert_eq!(served.load(Ordering::SeqCst), 0);
-}
-
-#[test]
-fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
-    let pki = test_pki();
-    let dir = tempfile::tempdir().unwrap();
-    let good = dir.path().join("ca.pem");
-    std::fs::write(&good, &pki.ca_pem).unwrap();
-    let junk = dir.path().join("junk.pem");
-    std::fs::write(&junk, "hello\n").unwrap();
-    let huge = dir.path().join("huge.pem");
-    std::fs::write(&huge, pki.ca_pem.repeat((1 << 20) / pki.ca_pem.len() + 1)).unwrap();
-    let yaml = |file: &std::path::Path| format!("delivery:\n  ca_certs: [{}]\n", file.display());
-
-    let config = crate::config::load_str(&yaml(&good), "t.yaml", None, |_| None).unwrap();
-    assert_eq!(config.delivery.extra_roots, vec![pki.ca.clone()]);
-
-    for (file, why) in [
-        (junk.as_path(), "no `BEGIN CERTIFICATE`"),
-        (huge.as_path(), "larger than 1024 KiB"),
-        (dir.path(), "not a regular file"),
-        (&dir.path().join("missing.pem"), "No such file"),
-    ] {
-        let err = crate::config::load_str(&yaml(file), "t.yaml", None, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("delivery.ca_certs[0]") && err.contains(why), "{err}");
-    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use cluster::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices};
-pub use postgres::{CopyProgress, PgStore, copy_sqlite_to_postgres};
+pub use postgres::{
+    CopyProgress, DEFAULT_MAX_CONNECTIONS as PG_MAX_CONNECTIONS, PgStore, copy_sqlite_to_postgres,
+};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};

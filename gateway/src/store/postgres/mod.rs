@@ -38,7 +38,7 @@ use crate::telemetry::Metrics;
 /// How long a write waits for a pooled connection before it is refused.
 const POOL_WAIT: Duration = Duration::from_secs(5);
 /// Connections a store opens at most, unless told otherwise (`storage.max_connections`).
-const POOL_SIZE: usize = crate::config::defaults::PG_MAX_CONNECTIONS;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 
 pub struct PgStore {
     pool: Pool,
@@ -87,7 +87,7 @@ impl PgStore {
     /// Connects to `url` as node `node_id` and runs the migrations (once, under an advisory
     /// lock). The URL is a secret (it may hold a password): it is never logged.
     pub async fn open(url: &str, metrics: &Metrics, node_id: &str) -> StoreResult<PgStore> {
-        PgStore::open_with(url, metrics, node_id, POOL_SIZE).await
+        PgStore::open_with(url, metrics, node_id, DEFAULT_MAX_CONNECTIONS).await
     }
 
     /// Like [`PgStore::open`], with at most `pool_size` pooled connections (one more listens
