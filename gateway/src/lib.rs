@@ -4,6 +4,7 @@
 //! [`cli::main`].
 
 pub mod api;
+pub mod attempt;
 pub mod charts;
 pub mod cli;
 pub mod clock;

@@ -22,11 +22,11 @@ use super::events::read_body;
 use super::idempotency::{self, Begin};
 use super::views::{EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome, SavedEndpoint};
 use super::{ApiError, AppState};
+use crate::attempt::{self, AttemptInput, AttemptResult};
 use crate::config::EndpointConfig;
 use crate::endpoint_admin::Saved;
 use crate::model::{Event, Outcome, Timestamp};
 use crate::recovery::{Replay, ReplayAnswer, Replayed};
-use crate::scheduler::attempt::{self, AttemptInput, AttemptResult};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

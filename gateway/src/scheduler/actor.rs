@@ -13,12 +13,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
 use super::feeder::HealthReport;
 use super::handle::{Command, Publisher, Shared};
 use super::held::{HeldEvent, RunHolder};
 use super::lane::{self, Lane};
 use super::lifecycle;
+use crate::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::health::{EndpointHealth, HealthInput};

@@ -17,7 +17,7 @@ use crate::health::{self, EndpointHealth, HealthInput, HealthRules};
 use crate::model::{DeliveryStatus, ErrorKind, Outcome, Timestamp};
 use crate::policy::{self, BackoffDecision, GiveUpReason, NextStep, Policy, RetryContext};
 
-use super::attempt::AttemptResult;
+use crate::attempt::AttemptResult;
 
 /// What an attempt did, and when.
 #[derive(Debug, Clone)]

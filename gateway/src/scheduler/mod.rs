@@ -17,11 +17,9 @@
 //! Files: `handle.rs` (what the rest of the gateway holds), `actor.rs` (the actor and its
 //! attempt tasks), `lifecycle.rs` (the pure decision after an attempt), `health_steps.rs` (health
 //! steps, effects, timers, reconfiguration), `lane.rs` (one endpoint's lane), `held.rs` (the
-//! memory budget for held events), `feeder.rs` (state changes to the store), `attempt.rs` (one
-//! attempt, shared with the endpoint test call), `meters.rs` (per-endpoint metric handles),
+//! memory budget for held events), `feeder.rs` (state changes to the store), `meters.rs` (per-endpoint metric handles),
 //! `ownership.rs` (in a cluster: the endpoints this node delivers).
 
-pub(crate) mod attempt;
 mod lane;
 mod meters;
 
