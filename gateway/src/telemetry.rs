@@ -162,7 +162,8 @@ impl Metrics {
 
     // --- store
 
-    /// `hookgate_writer_batch_size`: changes committed together by the writer.
+    /// `hookgate_writer_batch_size`: changes committed together by the writer (SQLite), or
+    /// ingestion requests committed together by one group (PostgreSQL).
     pub fn writer_batch_size(&self) -> Histogram {
         self.histogram("hookgate_writer_batch_size", Vec::new())
     }

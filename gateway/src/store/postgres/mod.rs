@@ -1,6 +1,6 @@
 //! The PostgreSQL store: the same [`Store`] as SQLite, on a database several gateway nodes can
-//! reach. Every write is one transaction on a pooled connection; PostgreSQL's own group commit
-//! batches the fsyncs of concurrent transactions. Health inputs lock their endpoint's row
+//! reach. Every write is one transaction on a pooled connection; concurrent ingestion requests
+//! share one (`group.rs`), as they share a commit of the SQLite writer. Health inputs lock their endpoint's row
 //! (`FOR UPDATE`), idempotency keys take a transaction-scoped advisory lock, so both stay right
 //! when writers race.
 //!
@@ -13,6 +13,7 @@
 
 mod cluster;
 mod copy;
+mod group;
 mod schema;
 
 pub use copy::{CopyProgress, copy_sqlite_to_postgres};
@@ -44,6 +45,8 @@ pub struct PgStore {
     pool: Pool,
     /// How long each write transaction's commit took, as the SQLite writer records its groups.
     commit_seconds: metrics::Histogram,
+    /// Concurrent ingestion requests, committed together.
+    groups: group::Groups,
     /// This node's id, which its notices carry so that it can ignore its own.
     node_id: String,
     /// The `NOTIFY` channel of this schema's nodes.
@@ -62,7 +65,10 @@ impl From<tokio_postgres::Error> for StoreError {
         let class = &code.code()[..2];
         let unavailable = matches!(class, "08" | "53" | "57")
             || *code == SqlState::READ_ONLY_SQL_TRANSACTION
-            || *code == SqlState::T_R_SERIALIZATION_FAILURE;
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+            // Two writers inserting the same events in opposite orders: one of them is rolled
+            // back, and trying again is the client's answer, as for a serialization failure.
+            || *code == SqlState::T_R_DEADLOCK_DETECTED;
         if unavailable {
             StoreError::Unavailable(format!("postgres: {e}"))
         } else {
@@ -123,6 +129,7 @@ impl PgStore {
         Ok(PgStore {
             pool,
             commit_seconds: metrics.writer_commit(),
+            groups: group::Groups::new(pool_size, metrics.writer_batch_size()),
             node_id: node_id.to_owned(),
             channel: format!("hookgate_{schema}"),
             config,
@@ -326,52 +333,57 @@ async fn insert_idempotency<C: GenericClient>(c: &C, r: &IdempotencyRecord) -> S
     Ok(())
 }
 
-/// Inserts a batch's events and their deliveries with one statement each, not one per row:
-/// a batch of 100 events fanned out to 10 endpoints was 1 100 round trips. Keys are taken from
-/// the sequences first and handed out in the batch's order, so that ids follow it as they did
-/// row by row (one key's deliveries are taken in id order after a restart). An event already
-/// stored fails the batch with [`StoreError::DuplicateEvent`]; the caller's transaction then
-/// keeps nothing of it.
-async fn insert_batch<C: GenericClient>(
+/// Inserts the events of one or more ingestion batches and their deliveries with one
+/// statement each, not one per row: a batch of 100 events fanned out to 10 endpoints was 1 100
+/// round trips, and a group of concurrent requests (`group.rs`) is one statement too. Keys are
+/// taken from the sequences first and handed out in the batches' order, so that ids follow it
+/// as they did row by row (one key's deliveries are taken in id order after a restart). Each
+/// batch's deliveries are made at its own `now`; the answer has each batch's ready deliveries.
+/// An event already stored fails the whole call with [`StoreError::DuplicateEvent`]; the
+/// caller's transaction then keeps nothing of it.
+async fn insert_batches<C: GenericClient>(
     c: &C,
-    items: &[IngestItem],
-    now: Timestamp,
-) -> StoreResult<Vec<ReadyDelivery>> {
+    batches: &[&IngestBatch],
+) -> StoreResult<Vec<Vec<ReadyDelivery>>> {
+    let items: Vec<&IngestItem> = batches.iter().flat_map(|b| &b.items).collect();
     let targets: usize = items.iter().map(|i| i.endpoints.len()).sum();
     let (seqs, ids) = take_keys(c, items.len(), targets).await?;
-    insert_events(c, items, &seqs).await?;
-    let mut out = Vec::with_capacity(targets);
+    insert_events(c, &items, &seqs).await?;
+    let mut out = Vec::with_capacity(batches.len());
     let mut columns = DeliveryColumns::default();
     let mut ids = ids.into_iter();
-    for (item, seq) in items.iter().zip(&seqs) {
-        for target in &item.endpoints {
-            let id = ids.next().expect("one key per delivery");
-            columns.push(id, *seq, target);
-            out.push(ready(
-                DeliveryId(id),
-                target.endpoint.clone(),
-                item.event.clone(),
-                now,
-            ));
+    let mut seqs = seqs.iter();
+    for batch in batches {
+        let mut ready_ones = Vec::with_capacity(batch.items.iter().map(|i| i.endpoints.len()).sum());
+        for item in &batch.items {
+            let seq = *seqs.next().expect("one key per event");
+            for target in &item.endpoints {
+                let id = ids.next().expect("one key per delivery");
+                columns.push(id, seq, target, batch.now);
+                ready_ones.push(ready(
+                    DeliveryId(id),
+                    target.endpoint.clone(),
+                    item.event.clone(),
+                    batch.now,
+                ));
+            }
         }
+        out.push(ready_ones);
     }
-    insert_deliveries(c, &columns, now).await?;
+    insert_deliveries(c, &columns).await?;
     Ok(out)
 }
 
-/// Inserts new pending deliveries in their first round, made at `now`.
-async fn insert_deliveries<C: GenericClient>(
-    c: &C,
-    rows: &DeliveryColumns<'_>,
-    now: Timestamp,
-) -> StoreResult<()> {
+/// Inserts new pending deliveries in their first round, each made at its `now`.
+async fn insert_deliveries<C: GenericClient>(c: &C, rows: &DeliveryColumns<'_>) -> StoreResult<()> {
     execute(
         c,
         "INSERT INTO deliveries (id, event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at,
              updated_at, round_started_at, tenant)
-         SELECT u.id, u.seq, u.endpoint, 'pending', 1, 0, $4, $4, $4, $4, u.tenant
-         FROM unnest($1::bigint[], $2::bigint[], $3::text[], $5::text[]) AS u(id, seq, endpoint, tenant)",
-        &[&rows.ids, &rows.seqs, &rows.endpoints, &now.as_millis(), &rows.tenants],
+         SELECT u.id, u.seq, u.endpoint, 'pending', 1, 0, u.now, u.now, u.now, u.now, u.tenant
+         FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
+             AS u(id, seq, endpoint, now, tenant)",
+        &[&rows.ids, &rows.seqs, &rows.endpoints, &rows.nows, &rows.tenants],
     )
     .await?;
     Ok(())
@@ -400,7 +412,7 @@ async fn take_keys<C: GenericClient>(
     Ok((seqs, ids))
 }
 
-async fn insert_events<C: GenericClient>(c: &C, items: &[IngestItem], seqs: &[i64]) -> StoreResult<()> {
+async fn insert_events<C: GenericClient>(c: &C, items: &[&IngestItem], seqs: &[i64]) -> StoreResult<()> {
     let events: Vec<&Event> = items.iter().map(|i| &*i.event).collect();
     let traces: Vec<TraceColumns> = events.iter().map(|e| TraceColumns::of(e.trace)).collect();
     let text = |f: &dyn Fn(&Event) -> &str| events.iter().map(|e| f(e)).collect::<Vec<&str>>();
@@ -466,14 +478,16 @@ struct DeliveryColumns<'a> {
     ids: Vec<i64>,
     seqs: Vec<i64>,
     endpoints: Vec<&'a str>,
+    nows: Vec<i64>,
     tenants: Vec<Option<&'a str>>,
 }
 
 impl<'a> DeliveryColumns<'a> {
-    fn push(&mut self, id: i64, seq: i64, target: &'a Target) {
+    fn push(&mut self, id: i64, seq: i64, target: &'a Target, now: Timestamp) {
         self.ids.push(id);
         self.seqs.push(seq);
         self.endpoints.push(&target.endpoint);
+        self.nows.push(now.as_millis());
         self.tenants.push(target.tenant.as_deref());
     }
 }
@@ -733,21 +747,7 @@ async fn restart_round<C: GenericClient>(
 #[async_trait]
 impl Store for PgStore {
     async fn ingest(&self, batch: IngestBatch) -> StoreResult<IngestOutcome> {
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        if let Some(record) = &batch.idempotency
-            && let Some(first) = idempotency_locked(&tx, &record.scope, &record.key).await?
-        {
-            return Ok(IngestOutcome::AlreadyDone(first));
-        }
-        let out = insert_batch(&tx, &batch.items, batch.now).await?;
-        if let Some(record) = &batch.idempotency {
-            insert_idempotency(&tx, record).await?;
-        }
-        self.notify_deliveries(&tx, out.iter().map(|r| (&*r.endpoint, r.id)))
-            .await?;
-        self.commit(tx).await?;
-        Ok(IngestOutcome::Committed(out))
+        self.ingest_grouped(batch).await
     }
 
     async fn apply(&self, changes: Arc<[StateChange]>) -> StoreResult<Vec<HealthApplied>> {
@@ -848,10 +848,10 @@ impl Store for PgStore {
         let mut columns = DeliveryColumns::default();
         let mut out = Vec::with_capacity(kept.len());
         for ((event, seq), id) in kept.iter().zip(ids) {
-            columns.push(id, *seq, &target);
+            columns.push(id, *seq, &target, now);
             out.push(ready(DeliveryId(id), target.endpoint.clone(), event.clone(), now));
         }
-        insert_deliveries(&tx, &columns, now).await?;
+        insert_deliveries(&tx, &columns).await?;
         if let Some((mut record, answer)) = idempotency {
             record.response = answer(&out);
             insert_idempotency(&tx, &record).await?;

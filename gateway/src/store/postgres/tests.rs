@@ -328,6 +328,78 @@ async fn a_duplicate_event_keeps_nothing_of_its_batch() {
     assert_eq!(store.pending_deliveries().await.unwrap().len(), 1);
 }
 
+/// Concurrent ingestion requests share commits (the group's size is recorded), and each gets
+/// exactly its own deliveries back.
+#[tokio::test]
+async fn concurrent_requests_share_a_commit_and_each_gets_its_own_answer() {
+    let Some(db) = TestDb::create().await else { return };
+    let metrics = Metrics::new();
+    let store = Arc::new(PgStore::open(&db.url, &metrics, "node-a").await.unwrap());
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { (i, store.ingest(batch(&format!("evt_{i}"))).await.unwrap()) })
+        })
+        .collect();
+    for task in tasks {
+        let (i, outcome) = task.await.unwrap();
+        let IngestOutcome::Committed(ready) = outcome else {
+            panic!("request {i} was not committed");
+        };
+        assert_eq!(ready.len(), 1);
+        assert_eq!(
+            ready[0].event.id,
+            format!("evt_{i}"),
+            "request {i} got another's delivery"
+        );
+    }
+    assert_eq!(store.pending_deliveries().await.unwrap().len(), 200);
+    let groups = metric_value(&metrics.render(), "hookgate_writer_batch_size_count");
+    let requests = metric_value(&metrics.render(), "hookgate_writer_batch_size_sum");
+    assert_eq!(requests, 200.0);
+    assert!(
+        groups < 200.0,
+        "{groups} groups for 200 concurrent requests: no commit was shared"
+    );
+}
+
+/// An event already stored, or sent twice within one group, refuses only its own request: the
+/// others of the group are committed.
+#[tokio::test]
+async fn a_duplicate_in_a_group_fails_only_its_own_request() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    store.ingest(batch("evt_old")).await.unwrap();
+    let ids = ["evt_a", "evt_old", "evt_b", "evt_twice", "evt_c", "evt_twice"];
+    let tasks: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let store = store.clone();
+            let id = (*id).to_owned();
+            tokio::spawn(async move { store.ingest(batch(&id)).await })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for (id, task) in ids.iter().zip(tasks) {
+        match task.await.unwrap() {
+            Ok(IngestOutcome::Committed(ready)) => assert_eq!(ready[0].event.id, *id),
+            Ok(IngestOutcome::AlreadyDone(_)) => panic!("no idempotency key was sent"),
+            Err(StoreError::DuplicateEvent { id: dup, .. }) => refused.push(dup),
+            Err(e) => panic!("{id}: {e}"),
+        }
+    }
+    refused.sort();
+    assert_eq!(refused, ["evt_old", "evt_twice"]);
+    // evt_old once, the three singles, evt_twice once.
+    assert_eq!(store.pending_deliveries().await.unwrap().len(), 5);
+}
+
+fn metric_value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in:\n{text}"))
+}
+
 /// Two writers racing with one idempotency key: one commits, the other waits on the key's lock
 /// and gets the first answer, so exactly one set of events is written.
 #[tokio::test]
