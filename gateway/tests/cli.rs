@@ -1,6 +1,7 @@
-//! The real `hookgate` binary's policy and key commands (README "Command line"): `config check`
-//! reports every invalid SNS attribute as `file:line: path: reason`, `policy preview` prints the
-//! planned attempts and draws them as SVG, and `keygen ed25519` prints a key pair.
+//! The real `hookgate` binary's policy, key and packaging commands (README "Command line"):
+//! `config check` reports every invalid SNS attribute as `file:line: path: reason`, `policy
+//! preview` prints the planned attempts and draws them as SVG, `keygen ed25519` prints a key
+//! pair, `--version` names the commit, and completions and the man page cover every command.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -444,4 +445,51 @@ fn keygen_prints_an_ed25519_pair_that_belongs_together() {
     let derived = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
     assert_eq!(public, format!("whpk_{}", STANDARD.encode(derived.as_bytes())));
     assert_ne!(pair().0, secret);
+}
+
+/// `--version` names the version and the commit the binary was built from (README "Install").
+#[test]
+fn version_names_the_version_and_the_commit() {
+    let out = hookgate(&["--version"]);
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(stdout.starts_with(&format!("hookgate {version} (commit ")), "{stdout}");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    if let Some(head) = head {
+        // Built in this checkout: the commit is HEAD's, unless the build was told another.
+        let commit = std::env::var("HOOKGATE_COMMIT").unwrap_or_else(|_| text(&head.stdout));
+        assert!(stdout.contains(commit.trim()), "{stdout} does not name {commit}");
+    }
+}
+
+/// Completions and the manual page come from the same definition as `--help`, so every
+/// command the binary has is in them.
+#[test]
+fn completions_and_the_man_page_name_every_command() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = hookgate(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for command in ["serve", "config", "policy", "migrate", "completions"] {
+            assert!(script.contains(command), "{shell} completions lack `{command}`");
+        }
+    }
+    let out = hookgate(&["man"]);
+    assert!(out.status.success());
+    let page = text(&out.stdout);
+    assert!(page.starts_with(".ie") || page.contains(".TH hookgate"), "{}", &page[..200]);
+    assert!(page.contains("serve") && page.contains("A webhook delivery gateway"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = hookgate(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for page in ["hookgate.1", "hookgate-serve.1", "hookgate-config-check.1"] {
+        assert!(dir.path().join(page).is_file(), "{page} was not written");
+    }
 }

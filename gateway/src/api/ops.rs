@@ -77,6 +77,8 @@ pub(crate) struct ReloadView {
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct StatusView {
     version: &'static str,
+    /// The commit the binary was built from (`unknown` outside a git checkout).
+    commit: &'static str,
     #[schema(value_type = Option<String>, format = DateTime)]
     started_at: Option<Timestamp>,
     /// The gateway's clock (simulated under --time-scale).
@@ -103,6 +105,7 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
     let runtime = state.status.lock().expect("status lock").clone();
     Json(StatusView {
         version: env!("CARGO_PKG_VERSION"),
+        commit: env!("HOOKGATE_COMMIT"),
         started_at: runtime.started_at,
         now: state.clock.now(),
         config_file: config.source.as_ref().map(|p| p.display().to_string()),

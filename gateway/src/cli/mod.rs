@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
@@ -16,10 +16,18 @@ use crate::clock::{Clock, ScaledClock, SystemClock};
 use crate::config::{self, Config};
 use crate::supervisor::{Gateway, GatewayOptions};
 
+/// The version and the commit the binary was built from (`hookgate --version`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HOOKGATE_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "hookgate",
-    version,
+    version = VERSION,
     about = "A webhook delivery gateway",
     propagate_version = true
 )]
@@ -85,6 +93,17 @@ enum Command {
     Keygen {
         #[arg(value_enum)]
         scheme: KeyScheme,
+    },
+    /// Print a shell completion script: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `hookgate man > hookgate.1`, or with --dir one page per
+    /// command (`hookgate-serve.1`, …) written into that folder.
+    Man {
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -238,6 +257,27 @@ pub fn main() -> ExitCode {
         Command::Keygen {
             scheme: KeyScheme::Ed25519,
         } => keygen_ed25519(),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hookgate", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => man_pages(dir.as_deref()),
+    }
+}
+
+/// The manual page of the command line as clap knows it, so that it never disagrees with
+/// `--help`: one page on stdout, or a page per command in `dir`.
+fn man_pages(dir: Option<&Path>) -> ExitCode {
+    let written = match dir {
+        None => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()),
+        Some(dir) => clap_mangen::generate_to(Cli::command(), dir),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("man: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
