@@ -37,6 +37,12 @@ pub(super) struct Target {
 
 #[derive(Debug, Subcommand)]
 pub(super) enum OpsCommand {
+    /// Exit 0 when the gateway answers `GET /healthz`, 1 otherwise: a container's
+    /// `HEALTHCHECK` (an image from scratch has no curl).
+    Healthcheck {
+        #[command(flatten)]
+        target: Target,
+    },
     /// The nodes sharing the gateway's database, and the endpoint leases each holds.
     Cluster {
         #[command(flatten)]
@@ -352,6 +358,10 @@ pub(super) fn run(command: OpsCommand) -> ExitCode {
 
 async fn execute(command: OpsCommand) -> Result<(), String> {
     match command {
+        OpsCommand::Healthcheck { target } => {
+            let _: Value = ApiClient::new(&target)?.get("/healthz").await?;
+            println!("ok");
+        }
         OpsCommand::Cluster { target } => {
             let view: ClusterNodesView = ApiClient::new(&target)?.get("/v1/cluster").await?;
             print_nodes(&view);

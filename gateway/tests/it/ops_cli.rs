@@ -56,6 +56,9 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
             .collect::<Vec<_>>()
     };
 
+    let (ok, out, err) = run(with(&["healthcheck"])).await;
+    assert!(ok && out.trim() == "ok", "{out}{err}");
+
     let (ok, out, err) = run(with(&["cluster"])).await;
     assert!(ok, "{err}");
     let nodes: Vec<&str> = out.lines().collect();
@@ -98,7 +101,11 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
     // Without the key the gateway says no, and the command says why.
     let (ok, _, err) = run(vec!["endpoints".into(), "--url".into(), gw.base.clone()]).await;
     assert!(!ok && err.contains("401"), "{err}");
+    let base = gw.base.clone();
     gw.stop().await;
+    // A container's health check fails once the gateway is gone.
+    let (ok, _, err) = run(vec!["healthcheck".into(), "--url".into(), base]).await;
+    assert!(!ok && err.contains("cannot reach"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
