@@ -15,6 +15,7 @@
 //! keeps it). [`headers`] holds the rules for which headers a plugin may touch.
 
 mod bindings;
+mod bundled;
 mod call;
 mod check;
 pub mod headers;
@@ -357,6 +358,9 @@ impl fmt::Debug for PluginHost {
 
 struct Inner {
     dir: PathBuf,
+    /// Plugins built into the binary (`bundled-plugins`), served under their names unless a
+    /// file in `dir` has the same name.
+    bundled: Vec<(String, Bytes)>,
     limits: PluginLimits,
     compiler: Compiler,
     registry: ArcSwap<PluginMap>,
@@ -389,6 +393,23 @@ impl PluginHost {
         limits: PluginLimits,
         metrics: Metrics,
     ) -> anyhow::Result<PluginHost> {
+        let bundled = bundled::BUNDLED
+            .iter()
+            .map(|(name, bytes)| ((*name).to_owned(), Bytes::from_static(bytes)))
+            .collect();
+        PluginHost::with_bundled(dir, cache_dir, limits, metrics, bundled)
+    }
+
+    /// Like [`PluginHost::new`], with `bundled` as the plugins built into the binary: each is
+    /// served under its name unless a file in `dir` has that name (a file overrides it; when
+    /// the file goes, the bundled plugin serves again).
+    pub fn with_bundled(
+        dir: PathBuf,
+        cache_dir: PathBuf,
+        limits: PluginLimits,
+        metrics: Metrics,
+        bundled: Vec<(String, Bytes)>,
+    ) -> anyhow::Result<PluginHost> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create the plugin folder {}: {e}", dir.display()))?;
         let engine = limits::PluginEngine::new(&limits)?;
@@ -400,6 +421,7 @@ impl PluginHost {
         let host = PluginHost {
             inner: Arc::new(Inner {
                 dir,
+                bundled,
                 limits,
                 compiler,
                 registry: ArcSwap::from_pointee(PluginMap::new()),

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallError};
 use super::check::sample_input;
-use super::registry::{Loaded, plugin_files};
+use super::registry::{Loaded, PluginMap, plugin_files};
 use super::{PluginHost, empty_config};
 use crate::model::Timestamp;
 
@@ -118,6 +118,8 @@ impl PluginHost {
                 }
             }
         }
+        self.load_bundled(&current, &mut next, &mut present, &mut changed)
+            .await;
         for name in current.keys() {
             if !present.contains(name) {
                 tracing::info!(plugin = %name, "plugin file deleted; plugin unloaded");
@@ -139,6 +141,34 @@ impl PluginHost {
             self.inner.changes.send_modify(|generation| *generation += 1);
         }
         Ok(())
+    }
+
+    /// Serves the plugins built into the binary whose names no file in the folder took: a file
+    /// overrides a bundled plugin, and when it goes the bundled one serves again.
+    async fn load_bundled(
+        &self,
+        current: &PluginMap,
+        next: &mut PluginMap,
+        present: &mut HashSet<String>,
+        changed: &mut bool,
+    ) {
+        for (name, bytes) in &self.inner.bundled {
+            if !present.insert(name.clone()) {
+                continue;
+            }
+            let sha256: [u8; 32] = Sha256::digest(bytes).into();
+            if current.get(name).is_some_and(|l| l.sha256 == sha256) {
+                continue;
+            }
+            match self.load(name, bytes.to_vec()).await {
+                Ok(loaded) => {
+                    tracing::info!(plugin = %name, world = %loaded.world, version = %loaded.version, "bundled plugin loaded");
+                    next.insert(name.clone(), Arc::new(loaded));
+                    *changed = true;
+                }
+                Err(e) => tracing::error!(plugin = %name, "the bundled plugin does not load: {e:#}"),
+            }
+        }
     }
 
     /// The content of plugin `name`'s file, or `None` when it cannot be read or is over the

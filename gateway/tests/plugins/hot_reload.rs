@@ -117,3 +117,43 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_with() {
     );
     assert_eq!(doc["specversion"], "1.0");
 }
+
+/// A plugin built into the binary serves without a file; a file of the same name overrides it,
+/// and when that file goes the bundled one serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundled_plugin_serves_until_a_file_overrides_it_and_again_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let github = Bytes::from(std::fs::read(built_plugin("github-signature")).unwrap());
+    let host = PluginHost::with_bundled(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        PluginLimits::default(),
+        Metrics::new(),
+        vec![("hooks".to_owned(), github)],
+    )
+    .unwrap();
+    let b = binding("hooks", &[]);
+    let signs_with = |headers: &[(String, Vec<u8>)], name: &str| header(headers, name).is_some();
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert!(
+        signs_with(&headers, "X-Hub-Signature-256"),
+        "the bundled plugin serves"
+    );
+    let bundled_version = host.version_of("hooks").unwrap();
+
+    let file = dir.path().join("hooks.wasm");
+    std::fs::copy(built_plugin("stripe-signature"), &file).unwrap();
+    host.rescan().await.unwrap();
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert!(signs_with(&headers, "Stripe-Signature"), "the file overrides it");
+
+    std::fs::remove_file(&file).unwrap();
+    host.rescan().await.unwrap();
+    let headers = host.sign(&b, sign_input(b"x", &["k"])).await.unwrap();
+    assert!(
+        signs_with(&headers, "X-Hub-Signature-256"),
+        "the bundled one is back"
+    );
+    assert_eq!(host.version_of("hooks").unwrap(), bundled_version);
+}
