@@ -454,7 +454,10 @@ fn version_names_the_version_and_the_commit() {
     assert!(out.status.success());
     let stdout = text(&out.stdout);
     let version = env!("CARGO_PKG_VERSION");
-    assert!(stdout.starts_with(&format!("hookgate {version} (commit ")), "{stdout}");
+    assert!(
+        stdout.starts_with(&format!("hookgate {version} (commit ")),
+        "{stdout}"
+    );
     let head = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -483,7 +486,11 @@ fn completions_and_the_man_page_name_every_command() {
     let out = hookgate(&["man"]);
     assert!(out.status.success());
     let page = text(&out.stdout);
-    assert!(page.starts_with(".ie") || page.contains(".TH hookgate"), "{}", &page[..200]);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH hookgate"),
+        "{}",
+        &page[..200]
+    );
     assert!(page.contains("serve") && page.contains("A webhook delivery gateway"));
 
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,60 @@
+{{- define "hookgate.labels" -}}
+app.kubernetes.io/name: hookgate
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | quote }}
+{{- end }}
+
+{{- define "hookgate.selector" -}}
+app.kubernetes.io/name: hookgate
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The pod's container, the same in both modes. */}}
+{{- define "hookgate.container" -}}
+- name: hookgate
+  image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["serve", "--config", "/etc/hookgate/hookgate.yaml"]
+  ports:
+    - name: http
+      containerPort: 8080
+  env:
+    - name: HOOKGATE_API_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ .Values.apiKey.existingSecret }}
+          key: api-key
+    {{- if eq .Values.mode "cluster" }}
+    - name: HOOKGATE_DATABASE_URL
+      valueFrom:
+        secretKeyRef:
+          name: {{ .Values.database.existingSecret }}
+          key: url
+    {{- end }}
+  readinessProbe:
+    httpGet:
+      path: /healthz
+      port: http
+    periodSeconds: 5
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: http
+    periodSeconds: 10
+    failureThreshold: 6
+  resources:
+    {{- toYaml .Values.resources | nindent 4 }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 10001
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: ["ALL"]
+  volumeMounts:
+    - name: config
+      mountPath: /etc/hookgate
+      readOnly: true
+    - name: data
+      mountPath: /data
+{{- end }}
