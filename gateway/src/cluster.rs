@@ -296,7 +296,6 @@ impl ClusterTask {
             .collect();
         for endpoint in lapsed {
             tracing::warn!(endpoint = %endpoint, "this endpoint's lease lapsed by this node's clock; reading its deliveries again");
-            self.lapses.increment(1);
             self.owned.remove(&endpoint);
             self.let_go(endpoint);
         }
@@ -313,8 +312,12 @@ impl ClusterTask {
     }
 
     /// This node no longer sends the endpoint's attempts: the scheduler drops what waits for
-    /// it, and the fence stops any attempt of it that has not been sent yet.
+    /// it, and the fence stops any attempt of it that has not been sent yet. Counted as a lapse
+    /// when its lease had lapsed here already (whatever the reason it is let go now).
     fn let_go(&self, endpoint: Arc<str>) {
+        if !self.fence.holds(&endpoint) {
+            self.lapses.increment(1);
+        }
         self.fence.revoke(&endpoint);
         self.scheduler.disown(endpoint);
     }
@@ -437,7 +440,6 @@ impl ClusterTask {
             );
         }
         for endpoint in lapsed {
-            self.lapses.increment(1);
             self.owned.remove(&endpoint);
             self.let_go(endpoint);
         }

@@ -114,11 +114,18 @@ async fn answer(
             .to_owned()
     };
     let (id, node) = (header("webhook-id"), header("x-node"));
+    // Counted from here until the answer is written or the sender hangs up (a killed node:
+    // hyper then drops this future), whichever comes first.
+    let mut running = Running {
+        record: record.clone(),
+        path: path.clone(),
+        index: None,
+    };
     {
         let mut record = record.lock().unwrap();
-        let running = record.running.entry(path.clone()).or_default();
-        running.0 += 1;
-        running.1 = running.1.max(running.0);
+        let count = record.running.entry(path.clone()).or_default();
+        count.0 += 1;
+        count.1 = count.1.max(count.0);
     }
     let body = req
         .into_body()
@@ -127,19 +134,40 @@ async fn answer(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let payload: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    tokio::time::sleep(takes.saturating_sub(arrived.elapsed())).await;
-    let mut record = record.lock().unwrap();
-    if let Some(running) = record.running.get_mut(&path) {
-        running.0 -= 1;
+    {
+        let mut record = record.lock().unwrap();
+        running.index = Some(record.seen.len());
+        record.seen.push(Seen {
+            path,
+            id,
+            node,
+            key: payload["key"].as_str().map(str::to_owned),
+            seq: payload["seq"].as_u64().unwrap_or(0),
+            arrived,
+            ended: arrived,
+        });
     }
-    record.seen.push(Seen {
-        path,
-        id,
-        node,
-        key: payload["key"].as_str().map(str::to_owned),
-        seq: payload["seq"].as_u64().unwrap_or(0),
-        arrived,
-        ended: Instant::now(),
-    });
+    tokio::time::sleep(takes.saturating_sub(arrived.elapsed())).await;
+    drop(running);
     Ok(Response::new(Full::new(Bytes::from_static(b"ok"))))
+}
+
+/// A request being answered: when it ends (answered, or dropped because its sender went away)
+/// it stops counting as running, and its end is noted.
+struct Running {
+    record: Arc<Mutex<Record>>,
+    path: String,
+    index: Option<usize>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut record = self.record.lock().unwrap();
+        if let Some(count) = record.running.get_mut(&self.path) {
+            count.0 -= 1;
+        }
+        if let Some(seen) = self.index.and_then(|i| record.seen.get_mut(i)) {
+            seen.ended = Instant::now();
+        }
+    }
 }

@@ -117,6 +117,9 @@ impl Rig {
         for i in 0..rig.nodes.len() {
             rig.wait_healthy(i).await;
         }
+        // The first node up takes every endpoint; they move to their nodes within a turn or two
+        // of the last one joining.
+        tokio::time::sleep(rig.lease).await;
         rig.wait_leased().await;
         rig
     }
@@ -132,6 +135,7 @@ impl Rig {
                 (
                     format!("/{}", e.name),
                     Limits {
+                        ordered: e.ordered,
                         max_in_flight: e.max_in_flight,
                         max_per_second: e.max_per_second,
                     },

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::checker::{Acked, FREEZE_GRACE, Verdict};
 use super::http;
 use super::pg::{PrivatePostgres, Stop};
-use super::rig::{EndpointSpec, Load, Rig, RigOptions};
+use super::rig::{Answer, EndpointSpec, Load, Rig, RigOptions};
 
 /// How to start a node: `program args… serve --config FILE`.
 #[derive(Debug, Clone)]
@@ -188,7 +188,7 @@ pub(crate) struct PartitionRun {
     /// any other (none should be a 202).
     pub(crate) refused_with_retry_after: usize,
     pub(crate) acked_during_cut: usize,
-    /// After the cut: the node acknowledged events and delivered again.
+    /// After the cut: the node acknowledged an event posted to it (1) and delivered again.
     pub(crate) acked_after: usize,
     pub(crate) delivered_after: usize,
     pub(crate) all_delivered: bool,
@@ -237,13 +237,56 @@ pub(crate) async fn partition(
     let cut_for = lease * 3;
     rig.proxies[victim].cut();
     let cut_at = Instant::now();
-    tokio::time::sleep(cut_for).await;
+    // Events posted to the cut-off node itself meanwhile (the loaders move to other nodes
+    // after a refusal).
+    let mut probes = Vec::new();
+    let mut probe_answers = Vec::new();
+    let mut n = 0;
+    while cut_at.elapsed() < cut_for {
+        let id = format!("cut-probe-{n}");
+        n += 1;
+        let sent = Instant::now();
+        let reply = rig.post(victim, &id, None, 0, Duration::from_secs(5)).await;
+        if matches!(reply.as_ref().map(|r| r.status), Ok(202 | 409)) {
+            probes.push(Acked {
+                id,
+                key: None,
+                seq: 0,
+            });
+        }
+        probe_answers.push(Answer {
+            node: victim,
+            status: reply.as_ref().ok().map(|r| r.status),
+            retry_after: reply.as_ref().is_ok_and(|r| r.header("retry-after").is_some()),
+            sent,
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     rig.proxies[victim].heal();
     let healed_at = Instant::now();
+    // The node takes events again by itself: asked directly until it does (half a minute).
+    let mut acked_after = 0;
+    while acked_after == 0 && healed_at.elapsed() < Duration::from_secs(30) {
+        let id = format!("after-probe-{n}");
+        n += 1;
+        let reply = rig.post(victim, &id, None, 0, Duration::from_secs(5)).await;
+        if matches!(reply.as_ref().map(|r| r.status), Ok(202 | 409)) {
+            probes.push(Acked {
+                id,
+                key: None,
+                seq: 0,
+            });
+            acked_after = 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     // Long enough for the node to reconnect, take its share back and deliver it.
     tokio::time::sleep(lease * 3).await;
-    let answers = load.answers.lock().unwrap().clone();
-    let acked = load.stop().await;
+    let mut answers = load.answers.lock().unwrap().clone();
+    answers.extend(probe_answers);
+    let mut acked = load.stop().await;
+    acked.extend(probes);
     let all_delivered = rig.wait_delivered(&acked, Duration::from_secs(90)).await;
     let seen = rig.receiver.seen();
     let quiet_from = cut_at + lease - margin(lease) + FREEZE_GRACE;
@@ -268,10 +311,7 @@ pub(crate) async fn partition(
             .iter()
             .filter(|a| a.node == victim && during_cut(a.sent) && a.status == Some(202))
             .count(),
-        acked_after: answers
-            .iter()
-            .filter(|a| a.node == victim && a.sent > healed_at && a.status == Some(202))
-            .count(),
+        acked_after,
         delivered_after: seen
             .iter()
             .filter(|s| s.node == victim_name && s.arrived > healed_at)
@@ -296,7 +336,7 @@ pub(crate) struct RestartRun {
     pub(crate) verdict: Verdict,
     /// Answers 503 (with Retry-After) while the database was down.
     pub(crate) refused: usize,
-    /// Events every node acknowledged after the restarts.
+    /// Per node: 1 if it acknowledged an event posted to it after the restarts.
     pub(crate) acked_after_by_node: Vec<usize>,
     pub(crate) all_delivered: bool,
     pub(crate) logs: String,
@@ -324,11 +364,32 @@ pub(crate) async fn database_restart(
         tokio::time::sleep(Duration::from_millis(500)).await;
         tokio::task::block_in_place(|| pg.up()).expect("the database starts again");
     }
-    let restarted_at = Instant::now();
     wait_acked(&load, 30).await;
-    tokio::time::sleep(lease * 2).await;
+    // Each node, asked directly, takes events again (within half a minute, by itself).
+    let mut probes = Vec::new();
+    let mut acked_after_by_node = Vec::new();
+    for i in 0..rig.nodes.len() {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut took = 0;
+        while took == 0 && Instant::now() < deadline {
+            let id = format!("probe-{i}");
+            let reply = rig.post(i, &id, None, 0, Duration::from_secs(5)).await;
+            if matches!(reply.map(|r| r.status), Ok(202 | 409)) {
+                took = 1;
+                probes.push(Acked {
+                    id,
+                    key: None,
+                    seq: 0,
+                });
+            } else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        acked_after_by_node.push(took);
+    }
     let answers = load.answers.lock().unwrap().clone();
-    let acked = load.stop().await;
+    let mut acked = load.stop().await;
+    acked.extend(probes);
     let all_delivered = rig.wait_delivered(&acked, Duration::from_secs(90)).await;
     RestartRun {
         verdict: rig.verdict(&acked),
@@ -336,14 +397,7 @@ pub(crate) async fn database_restart(
             .iter()
             .filter(|a| a.status == Some(503) && a.retry_after)
             .count(),
-        acked_after_by_node: (0..rig.nodes.len())
-            .map(|i| {
-                answers
-                    .iter()
-                    .filter(|a| a.node == i && a.sent > restarted_at && a.status == Some(202))
-                    .count()
-            })
-            .collect(),
+        acked_after_by_node,
         all_delivered,
         logs: rig.problems_in_logs(),
     }
