@@ -51,7 +51,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, e2e, latency, lateness, backlog,
-    /// plugins, postgres.
+    /// plugins, postgres, and faults (the cluster's fault runs, only when named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the results as JSON here.

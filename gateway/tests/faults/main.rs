@@ -41,10 +41,10 @@ fn private_postgres(test: &str) -> Option<PrivatePostgres> {
 /// it had on the wire when it froze.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_sends_nothing_stale_when_it_wakes() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(pg) = private_postgres("a_frozen_node_sends_nothing_stale_when_it_wakes") else {
         return;
     };
-    let _turn = ONE_AT_A_TIME.lock().await;
     let options = FreezeOptions {
         lease: LEASE,
         freeze_for: LEASE * 3,
@@ -93,10 +93,10 @@ async fn a_frozen_node_sends_nothing_stale_when_it_wakes() {
 /// by itself; nothing acknowledged is lost and the order holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_the_database_stops_in_time_and_comes_back() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(pg) = private_postgres("a_node_cut_off_from_the_database_stops_in_time_and_comes_back") else {
         return;
     };
-    let _turn = ONE_AT_A_TIME.lock().await;
     let r = scenarios::partition(&pg, "partition", &program(), LEASE).await;
     println!(
         "partition for {:?}: {}; the cut node answered {} × 503 with Retry-After and {} × 202 during the cut, \
@@ -146,10 +146,10 @@ async fn a_node_cut_off_from_the_database_stops_in_time_and_comes_back() {
 /// takes events again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restart_under_load_loses_nothing_acknowledged() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(pg) = private_postgres("a_database_restart_under_load_loses_nothing_acknowledged") else {
         return;
     };
-    let _turn = ONE_AT_A_TIME.lock().await;
     let r = scenarios::database_restart(&pg, "restart", &program(), LEASE).await;
     println!(
         "database restarts: {}; {} answers 503 with Retry-After meanwhile; acknowledged afterwards by node: {:?}",
@@ -178,10 +178,10 @@ async fn a_database_restart_under_load_loses_nothing_acknowledged() {
 /// have a connection of their own), and what was acknowledged arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_database_pushes_back_without_starving_the_leases() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(pg) = private_postgres("a_slow_database_pushes_back_without_starving_the_leases") else {
         return;
     };
-    let _turn = ONE_AT_A_TIME.lock().await;
     let r = scenarios::slow_database(
         &pg,
         "slow",
@@ -223,10 +223,10 @@ async fn a_slow_database_pushes_back_without_starving_the_leases() {
 /// run. `hookgate-bench --only faults` runs it for ten minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minute_of_random_faults_breaks_no_promise() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(pg) = private_postgres("a_minute_of_random_faults_breaks_no_promise") else {
         return;
     };
-    let _turn = ONE_AT_A_TIME.lock().await;
     let seed = scenarios::seed_from_env();
     println!("randomized run: seed {seed} (HOOKGATE_FAULT_SEED={seed} repeats it)");
     let r = scenarios::randomized(
