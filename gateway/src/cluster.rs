@@ -512,9 +512,21 @@ impl ClusterTask {
         let pending = match self.store.pending_by_ids(&ask).await {
             Ok(p) => p,
             Err(e) => {
-                // They stay pending in the store; the next full read (a lease change or a
-                // reconnect) takes them in.
-                tracing::warn!(error = %e, "cannot read deliveries another node announced");
+                // They stay pending in the store, but the notices of later deliveries would
+                // come in without them: an ordered key would skip ahead, and the missed ones
+                // would wait for some later full read. So their endpoints are let go and
+                // taken anew at the next turn, with a full read in order.
+                let endpoints: HashSet<Arc<str>> = others
+                    .iter()
+                    .chain(&own)
+                    .map(|(e, _)| e.clone())
+                    .filter(|e| self.owned.contains(e))
+                    .collect();
+                tracing::warn!(error = %e, endpoints = endpoints.len(), "cannot read deliveries announced; reading their endpoints again at the next turn");
+                for endpoint in endpoints {
+                    self.owned.remove(&endpoint);
+                    self.let_go(endpoint);
+                }
                 return;
             }
         };

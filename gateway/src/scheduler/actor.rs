@@ -50,6 +50,9 @@ pub(super) struct Item {
     pub(super) due_at: Timestamp,
 }
 
+/// How long a delivery whose read failed waits before it is read again.
+const UNREAD_RETRY: Duration = Duration::from_secs(1);
+
 struct Due {
     at: Timestamp,
     seq: u64,
@@ -89,9 +92,11 @@ enum Finished {
         report: Box<AttemptReport>,
         event: Arc<Event>,
     },
-    /// The delivery is no longer pending on disk (finished meanwhile, or purged), or could not
-    /// be read now (the disk still says pending, so it is not lost).
+    /// The delivery is no longer pending on disk (finished meanwhile, or purged).
     Gone { item: Item },
+    /// The delivery could not be read now (the database restarting or out of reach): the disk
+    /// still says pending, so it is tried again in a moment, keeping its place in its key.
+    Unread { item: Item },
     /// The endpoint is no longer in the config.
     EndpointRemoved { item: Item },
     /// The endpoint's lease no longer held here right before the send: nothing was sent, and
@@ -548,6 +553,7 @@ impl Actor {
         let id = match &done {
             Finished::Ran { item, .. }
             | Finished::Gone { item }
+            | Finished::Unread { item }
             | Finished::EndpointRemoved { item }
             | Finished::Fenced { item } => item.id,
         };
@@ -561,6 +567,7 @@ impl Actor {
         let item = match &done {
             Finished::Ran { item, .. }
             | Finished::Gone { item }
+            | Finished::Unread { item }
             | Finished::EndpointRemoved { item }
             | Finished::Fenced { item } => item,
         };
@@ -575,7 +582,10 @@ impl Actor {
         let now = self.clock.now();
         let (item, report, event) = match done {
             Finished::Ran { item, report, event } => (item, report, event),
-            Finished::Gone { item } | Finished::EndpointRemoved { item } | Finished::Fenced { item }
+            Finished::Gone { item }
+            | Finished::Unread { item }
+            | Finished::EndpointRemoved { item }
+            | Finished::Fenced { item }
                 if superseded =>
             {
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
@@ -585,6 +595,16 @@ impl Actor {
             Finished::Gone { item } => {
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
                 self.release_key(&item);
+                return;
+            }
+            Finished::Unread { item } => {
+                // Still pending on disk: read again in a moment. Its ordering key stays busy
+                // meanwhile, so the key's later events do not overtake it.
+                let mut item = item;
+                if carried {
+                    item.epoch = self.lane(&item.endpoint).epoch;
+                }
+                self.push_due(item, now.plus(UNREAD_RETRY));
                 return;
             }
             Finished::Fenced { item } => {
@@ -773,8 +793,8 @@ async fn run_attempt(
             Ok(Some(d)) if d.status == DeliveryStatus::Pending && d.round == item.round => d.event,
             Ok(_) => return Finished::Gone { item },
             Err(e) => {
-                tracing::warn!(delivery = %item.id, error = %e, "could not load a delivery for its attempt");
-                return Finished::Gone { item };
+                tracing::warn!(delivery = %item.id, error = %e, "could not load a delivery for its attempt; trying again shortly");
+                return Finished::Unread { item };
             }
         },
     };
