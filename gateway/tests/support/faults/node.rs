@@ -114,6 +114,20 @@ impl Node {
             .and_then(|v| v.parse().ok())
     }
 
+    /// The process's state letter from `/proc` (R running, S sleeping, T stopped, Z zombie).
+    pub(crate) fn state(&self) -> String {
+        let Some(pid) = self.pid() else {
+            return "not started".into();
+        };
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim().chars().take(1).collect())
+            })
+            .unwrap_or_else(|| "gone".into())
+    }
+
     pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -137,7 +137,11 @@ impl PrivatePostgres {
     /// Stops the server and starts it again: every connection ends, and for a while none is
     /// taken.
     pub(crate) fn restart(&self, how: Stop) -> Result<(), String> {
-        self.down(how)?;
+        if let Err(e) = self.down(how) {
+            // A clean stop that did not finish in time is finished as a crash would.
+            self.down(Stop::Immediate)
+                .map_err(|again| format!("{e}; then: {again}"))?;
+        }
         self.up()
     }
 

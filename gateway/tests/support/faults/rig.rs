@@ -161,10 +161,13 @@ impl Rig {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let node = &self.nodes[i];
         panic!(
-            "{} did not come up; its log:\n{}",
-            self.nodes[i].name,
-            self.nodes[i].log_text()
+            "{} did not come up (process state {}, frozen by the test: {}); its log:\n{}",
+            node.name,
+            node.state(),
+            node.is_frozen(),
+            node.log_text()
         );
     }
 

@@ -568,11 +568,14 @@ pub(crate) async fn randomized(
                 && until <= now
             {
                 end_fault(&mut rig, i, fault);
-                actions.push(format!(
-                    "{:.1}s end {fault:?} {}",
-                    start.elapsed().as_secs_f64(),
-                    rig.nodes[i].name
-                ));
+                note(
+                    &mut actions,
+                    format!(
+                        "{:.1}s end {fault:?} {}",
+                        start.elapsed().as_secs_f64(),
+                        rig.nodes[i].name
+                    ),
+                );
                 *slot = None;
             }
         }
@@ -582,12 +585,16 @@ pub(crate) async fn randomized(
             } else {
                 Stop::Immediate
             };
-            actions.push(format!(
-                "{:.1}s database restart ({how:?})",
-                start.elapsed().as_secs_f64()
-            ));
+            let at = start.elapsed().as_secs_f64();
             counts[4] += 1;
-            let _ = tokio::task::block_in_place(|| pg.restart(how));
+            let done = tokio::task::block_in_place(|| pg.restart(how));
+            note(
+                &mut actions,
+                format!(
+                    "{at:.1}s database restart ({how:?}): {}",
+                    done.err().unwrap_or_else(|| "done".into())
+                ),
+            );
             continue;
         }
         let free: Vec<usize> = (0..active.len()).filter(|i| active[*i].is_none()).collect();
@@ -625,11 +632,14 @@ pub(crate) async fn randomized(
                 format!(" +{by:?} a round trip")
             }
         };
-        actions.push(format!(
-            "{:.1}s {fault:?} {} for {lasts:.1}s{detail}",
-            start.elapsed().as_secs_f64(),
-            rig.nodes[i].name
-        ));
+        note(
+            &mut actions,
+            format!(
+                "{:.1}s {fault:?} {} for {lasts:.1}s{detail}",
+                start.elapsed().as_secs_f64(),
+                rig.nodes[i].name
+            ),
+        );
         active[i] = Some((fault, now + Duration::from_secs_f64(lasts)));
     }
     for (i, slot) in active.iter_mut().enumerate() {
@@ -652,6 +662,13 @@ pub(crate) async fn randomized(
         all_delivered,
         logs: rig.problems_in_logs(),
     }
+}
+
+/// Keeps an action for the report, and says it at once on stderr (a run that hangs still
+/// shows what it did).
+fn note(actions: &mut Vec<String>, action: String) {
+    eprintln!("fault: {action}");
+    actions.push(action);
 }
 
 fn end_fault(rig: &mut Rig, i: usize, fault: Fault) {
