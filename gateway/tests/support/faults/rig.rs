@@ -220,6 +220,29 @@ impl Rig {
         .await
     }
 
+    /// Posts events `(id, seq)` of one key through node `i` in one batch (all or none).
+    pub(crate) async fn post_batch(
+        &self,
+        i: usize,
+        events: &[(String, u64)],
+        key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        let events: Vec<serde_json::Value> = events
+            .iter()
+            .map(|(id, seq)| serde_json::from_str(&event_body(id, key, *seq)).expect("an event body"))
+            .collect();
+        let body = serde_json::json!({ "events": events }).to_string();
+        http::request(
+            &self.nodes[i].addr,
+            "POST",
+            "/v1/topics/t/events/batch",
+            Some(body.as_bytes()),
+            timeout,
+        )
+        .await
+    }
+
     pub(crate) async fn metrics(&self, i: usize) -> String {
         http::request(
             &self.nodes[i].addr,
