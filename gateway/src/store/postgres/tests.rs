@@ -219,7 +219,9 @@ async fn a_renewal_extends_only_leases_still_held() {
     let lease = Duration::from_secs(10);
     let short = Duration::from_millis(300);
     assert_eq!(
-        a.hold_endpoints(&[e.clone()], &[], short).await.unwrap(),
+        a.hold_endpoints(std::slice::from_ref(&e), &[], short)
+            .await
+            .unwrap(),
         vec![e.clone()]
     );
     // `f` is free: a renewal does not take it.
@@ -230,7 +232,9 @@ async fn a_renewal_extends_only_leases_still_held() {
     // Let `e` lapse and go to b: a's renewal no longer finds it.
     tokio::time::sleep(short + Duration::from_millis(100)).await;
     assert_eq!(
-        b.hold_endpoints(&[e.clone()], &[], lease).await.unwrap(),
+        b.hold_endpoints(std::slice::from_ref(&e), &[], lease)
+            .await
+            .unwrap(),
         vec![e.clone()]
     );
     assert!(
