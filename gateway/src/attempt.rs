@@ -5,6 +5,7 @@
 //! The same pipeline serves real deliveries and the endpoint test call, so what the test call
 //! shows is exactly what a delivery would do.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -107,6 +108,18 @@ impl AttemptReport {
 /// trace), named in the request's `traceparent`, and exported when telemetry is on. The log
 /// lines of the attempt carry its trace id.
 pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> AttemptReport {
+    let Ok(report) = perform_gated(env, input, || Ok::<(), Infallible>(())).await;
+    report
+}
+
+/// [`perform`], asking `gate` right before the request is sent (after the plugins ran, as
+/// late as the pipeline allows): when it says no, nothing is sent and nothing is reported. A
+/// cluster node's gate is its lease fence (`crate::fence`).
+pub(crate) async fn perform_gated<E>(
+    env: &AttemptEnv,
+    input: AttemptInput<'_>,
+    gate: impl FnOnce() -> Result<(), E>,
+) -> Result<AttemptReport, E> {
     let trace_id = input
         .event
         .trace
@@ -114,9 +127,9 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
     let span_id = traces::new_span_id();
     let log_span = tracing::info_span!("attempt", delivery = %input.delivery_id, %trace_id);
     let wall_start = env.traces.is_exporting().then(SystemTime::now);
-    let report = perform_in_span(env, &input, trace_id, span_id)
+    let report = perform_in_span(env, &input, trace_id, span_id, gate)
         .instrument(log_span)
-        .await;
+        .await?;
     if let Some(started) = wall_start {
         let (status_code, error_kind, error) = match &report.result {
             AttemptResult::Sent(outcome) => (
@@ -145,21 +158,23 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
             plugin_time: report.plugin_time,
         });
     }
-    report
+    Ok(report)
 }
 
-async fn perform_in_span(
+async fn perform_in_span<E>(
     env: &AttemptEnv,
     input: &AttemptInput<'_>,
     trace_id: TraceId,
     span_id: SpanId,
-) -> AttemptReport {
+    gate: impl FnOnce() -> Result<(), E>,
+) -> Result<AttemptReport, E> {
     let started_at = env.clock.now();
     let real_start = Instant::now();
     let mut notes = Notes::default();
     let traceparent = traces::traceparent(trace_id, span_id);
     let (result, exchange) = match prepare(env, input, traceparent, &mut notes).await {
         Ok(request) => {
+            gate()?;
             let sent = env.sender.send(request, env.clock.now()).await;
             (AttemptResult::Sent(sent.outcome), sent.exchange)
         }
@@ -203,7 +218,7 @@ async fn perform_in_span(
         },
         _ => None,
     };
-    AttemptReport {
+    Ok(AttemptReport {
         result,
         started_at,
         duration: real_start.elapsed(),
@@ -216,7 +231,7 @@ async fn perform_in_span(
         backoff,
         exchange,
         trace_id,
-    }
+    })
 }
 
 /// What the plugins of one attempt did: a note per call, and their time together.

@@ -10,6 +10,13 @@
 //! renewing, and the next owner takes over once the lease has lapsed. A node that cannot
 //! reach the database stops starting attempts before its leases can lapse.
 //!
+//! A node sends an endpoint's attempts only while it holds the lease by its own monotonic clock
+//! (`crate::fence`): a node that was frozen, or cut off from the database, stops before any
+//! other node may take its endpoints over, and a lease that lapsed here is taken anew, with the
+//! endpoint's pending deliveries read again, before this node sends more of it. The heartbeat
+//! and the renewals run on a connection of their own, and a keeper renews the leases held
+//! whenever the node's turn runs late (a slow database read, many notices).
+//!
 //! Deliveries made pending on one node for an endpoint another node delivers reach the owner
 //! by the commit's notice (`NOTIFY`); a node that gains an endpoint, or whose notice stream
 //! broke, reads the endpoint's pending deliveries from the store. Health lives in the store,
@@ -25,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::endpoint_admin::EndpointAdmin;
+use crate::fence::Fence;
 use crate::model::{DeliveryId, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery};
@@ -107,8 +115,12 @@ pub struct ClusterTask {
     /// attempts have ended (then the mark of the scheduler's state changes so far is taken)
     /// and their outcomes are committed (the changes through the mark), then given back.
     draining: HashMap<Arc<str>, Option<u64>>,
-    /// When the last successful lease renewal was asked for.
-    renewed: Option<Instant>,
+    /// Which leases this node holds by its own clock; shared with the scheduler.
+    fence: Arc<Fence>,
+    /// What the keeper renews, and when a renewal last succeeded.
+    renewal: Arc<std::sync::Mutex<Renewal>>,
+    /// Leases found lapsed by this node's clock.
+    lapses: metrics::Counter,
     /// Deliveries read in full lately, with when.
     recent: Vec<(Instant, HashSet<(DeliveryId, u32)>)>,
     /// Refreshes the endpoints created through the API when another node changed them.
@@ -116,6 +128,10 @@ pub struct ClusterTask {
 }
 
 impl ClusterTask {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of the gateway a node's turn touches"
+    )]
     pub fn new(
         store: Arc<dyn ClusterStore>,
         node: NodeInfo,
@@ -124,6 +140,8 @@ impl ClusterTask {
         config: Arc<ArcSwap<Config>>,
         view: Arc<ArcSwap<Vec<NodeRow>>>,
         endpoints: EndpointAdmin,
+        fence: Arc<Fence>,
+        metrics: &crate::telemetry::Metrics,
     ) -> ClusterTask {
         ClusterTask {
             store,
@@ -135,7 +153,9 @@ impl ClusterTask {
             endpoints,
             owned: HashSet::new(),
             draining: HashMap::new(),
-            renewed: None,
+            fence,
+            renewal: Arc::default(),
+            lapses: metrics.lease_lapses(),
             recent: Vec::new(),
         }
     }
@@ -154,7 +174,18 @@ impl ClusterTask {
 
     /// Runs until `shutdown`, from the first turn's notice stream. The node's leases are
     /// given back by the supervisor once the scheduler has stopped ([`ClusterStore::leave`]).
-    pub async fn run(mut self, mut notices: Option<Notices>, shutdown: CancellationToken) {
+    pub async fn run(mut self, notices: Option<Notices>, shutdown: CancellationToken) {
+        let keeper = Keeper {
+            store: self.store.clone(),
+            node: self.node.clone(),
+            lease: self.lease,
+            fence: self.fence.clone(),
+            renewal: self.renewal.clone(),
+        };
+        tokio::join!(keeper.run(shutdown.clone()), self.turns(notices, shutdown));
+    }
+
+    async fn turns(&mut self, mut notices: Option<Notices>, shutdown: CancellationToken) {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + self.turn(), self.turn());
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let scheduler = self.scheduler.clone();
@@ -191,7 +222,7 @@ impl ClusterTask {
             }
         };
         for endpoint in std::mem::take(&mut self.owned) {
-            self.scheduler.disown(endpoint);
+            self.let_go(endpoint);
         }
         self.refresh_endpoints().await;
         let endpoints: Vec<Arc<str>> = self.config.load().endpoints.keys().cloned().collect();
@@ -206,19 +237,26 @@ impl ClusterTask {
     /// One turn: announce this node, work out which endpoints it should deliver, renew and
     /// take their leases, give back what it no longer delivers, and load what it gained.
     async fn renew(&mut self) {
+        self.note_lapse();
         let (now, mut nodes) = match self.store.heartbeat(&self.node).await {
             Ok(answer) => answer,
             Err(e) => return self.renewal_failed(&e),
         };
         let desired = self.desired(now, &nodes);
-        for endpoint in self.owned.iter().filter(|e| !desired.contains(*e)) {
-            self.scheduler.disown(endpoint.clone());
-            self.draining.insert(endpoint.clone(), None);
+        let given_up: Vec<Arc<str>> = self
+            .owned
+            .iter()
+            .filter(|e| !desired.contains(*e))
+            .cloned()
+            .collect();
+        for endpoint in given_up {
+            self.owned.remove(&endpoint);
+            self.let_go(endpoint.clone());
+            self.draining.insert(endpoint, None);
         }
-        self.owned.retain(|e| desired.contains(e));
         let release = self.drained();
         let wanted: Vec<Arc<str>> = desired.iter().chain(self.draining.keys()).cloned().collect();
-        let asked = Instant::now();
+        let asked = self.fence.now();
         let held = match self.store.hold_endpoints(&wanted, &release, self.lease).await {
             Ok(held) => held.into_iter().collect::<HashSet<_>>(),
             Err(e) => {
@@ -226,7 +264,6 @@ impl ClusterTask {
                 return self.renewal_failed(&e);
             }
         };
-        self.renewed = Some(asked);
         // The heartbeat counted this node's leases before this turn took any: the view shows
         // what it holds now, so that a node shows its leases as soon as it serves.
         if let Some(own) = nodes.iter_mut().find(|n| n.id == self.node.id) {
@@ -237,16 +274,67 @@ impl ClusterTask {
         for stale in held.iter().filter(|e| !wanted.contains(*e)) {
             self.draining.insert(stale.clone(), Some(0));
         }
-        for lost in self.owned.iter().filter(|e| !held.contains(*e)) {
-            tracing::warn!(endpoint = %lost, "another node took this endpoint's lease over");
-            self.scheduler.disown(lost.clone());
+        let lost: Vec<Arc<str>> = self
+            .owned
+            .iter()
+            .filter(|e| !held.contains(*e))
+            .cloned()
+            .collect();
+        for endpoint in lost {
+            tracing::warn!(endpoint = %endpoint, "another node took this endpoint's lease over");
+            self.owned.remove(&endpoint);
+            self.let_go(endpoint);
         }
-        self.owned.retain(|e| held.contains(e));
+        // A lease extended only if it still held here when the answer came; one that lapsed
+        // (a pause, a slow database) may have been another node's meanwhile: what waits here
+        // for it is dropped, and it is taken anew below, its pending deliveries read again.
+        let lapsed: Vec<Arc<str>> = self
+            .owned
+            .iter()
+            .filter(|e| !self.fence.renew(e, asked))
+            .cloned()
+            .collect();
+        for endpoint in lapsed {
+            tracing::warn!(endpoint = %endpoint, "this endpoint's lease lapsed by this node's clock; reading its deliveries again");
+            self.owned.remove(&endpoint);
+            self.let_go(endpoint);
+        }
         let gained: Vec<Arc<str>> = desired
             .into_iter()
             .filter(|e| held.contains(e) && !self.owned.contains(e))
             .collect();
+        for endpoint in &gained {
+            self.fence.grant(endpoint.clone(), asked);
+        }
+        let keep: Vec<Arc<str>> = held.iter().filter(|e| wanted.contains(e)).cloned().collect();
+        self.renewal.lock().expect("renewal lock").renewed(asked, keep);
         self.gain(gained).await;
+    }
+
+    /// This node no longer sends the endpoint's attempts: the scheduler drops what waits for
+    /// it, and the fence stops any attempt of it that has not been sent yet. Counted as a lapse
+    /// when its lease had lapsed here already (whatever the reason it is let go now).
+    fn let_go(&self, endpoint: Arc<str>) {
+        if !self.fence.holds(&endpoint) {
+            self.lapses.increment(1);
+        }
+        self.fence.revoke(&endpoint);
+        self.scheduler.disown(endpoint);
+    }
+
+    /// Says so when this node's leases lapsed by its own clock since its last renewal: it was
+    /// paused (a freeze, a VM migration) or could not reach the database.
+    fn note_lapse(&self) {
+        let last = self.renewal.lock().expect("renewal lock").at;
+        if let Some(at) = last {
+            let since = self.fence.now().saturating_duration_since(at);
+            if since > self.lease - Fence::margin(self.lease) && !self.owned.is_empty() {
+                tracing::warn!(
+                    seconds = since.as_secs_f64(),
+                    "no lease renewed for longer than a lease allows (a pause, or no database): this node sent nothing meanwhile and now asks for its leases again"
+                );
+            }
+        }
     }
 
     /// Waits (up to a lease) until the outcomes decided so far are committed, so that a full
@@ -306,6 +394,7 @@ impl ClusterTask {
         for endpoint in &gained {
             self.scheduler.own(endpoint.clone());
         }
+        // The fence was granted with the hold: an endpoint whose read fails below is let go.
         // An endpoint taken back (after a broken notice stream or lost leases) may have
         // outcomes of this node's on their way to the store: read after they are there.
         self.wait_committed().await;
@@ -314,7 +403,7 @@ impl ClusterTask {
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the pending deliveries of endpoints taken over; trying again");
                 for endpoint in gained {
-                    self.scheduler.disown(endpoint);
+                    self.let_go(endpoint);
                 }
                 return;
             }
@@ -332,21 +421,27 @@ impl ClusterTask {
         }
     }
 
-    /// The database did not answer: once the leases could lapse before the next turn, this
-    /// node stops starting attempts, so that two nodes never deliver an endpoint at once.
+    /// The database did not answer. The fence already stops every attempt of an endpoint
+    /// whose lease lapsed by this node's clock (before any other node may take it over); what
+    /// waits here for those endpoints is dropped, and they are taken anew, read again, once the
+    /// database answers.
     fn renewal_failed(&mut self, error: &crate::store::StoreError) {
         tracing::warn!(error = %error, "cannot renew this node's leases");
-        let may_lapse = self
-            .renewed
-            .is_none_or(|at| at.elapsed() + self.turn() >= self.lease);
-        if may_lapse && !self.owned.is_empty() {
+        let lapsed: Vec<Arc<str>> = self
+            .owned
+            .iter()
+            .filter(|e| !self.fence.holds(e))
+            .cloned()
+            .collect();
+        if !lapsed.is_empty() {
             tracing::warn!(
-                endpoints = self.owned.len(),
-                "leases may lapse: this node stops delivering until the database answers"
+                endpoints = lapsed.len(),
+                "leases lapsed: this node sends nothing of these endpoints until the database answers"
             );
-            for endpoint in self.owned.drain() {
-                self.scheduler.disown(endpoint);
-            }
+        }
+        for endpoint in lapsed {
+            self.owned.remove(&endpoint);
+            self.let_go(endpoint);
         }
     }
 
@@ -417,9 +512,21 @@ impl ClusterTask {
         let pending = match self.store.pending_by_ids(&ask).await {
             Ok(p) => p,
             Err(e) => {
-                // They stay pending in the store; the next full read (a lease change or a
-                // reconnect) takes them in.
-                tracing::warn!(error = %e, "cannot read deliveries another node announced");
+                // They stay pending in the store, but the notices of later deliveries would
+                // come in without them: an ordered key would skip ahead, and the missed ones
+                // would wait for some later full read. So their endpoints are let go and
+                // taken anew at the next turn, with a full read in order.
+                let endpoints: HashSet<Arc<str>> = others
+                    .iter()
+                    .chain(&own)
+                    .map(|(e, _)| e.clone())
+                    .filter(|e| self.owned.contains(e))
+                    .collect();
+                tracing::warn!(error = %e, endpoints = endpoints.len(), "cannot read deliveries announced; reading their endpoints again at the next turn");
+                for endpoint in endpoints {
+                    self.owned.remove(&endpoint);
+                    self.let_go(endpoint);
+                }
                 return;
             }
         };
@@ -439,6 +546,65 @@ impl ClusterTask {
     fn remember(&mut self, ids: HashSet<(DeliveryId, u32)>) {
         self.recent.retain(|(at, _)| at.elapsed() < RECENT_LOAD);
         self.recent.push((Instant::now(), ids));
+    }
+}
+
+/// What the keeper renews: the leases the last turn held, and when that turn asked.
+#[derive(Default)]
+struct Renewal {
+    at: Option<Instant>,
+    endpoints: Vec<Arc<str>>,
+}
+
+impl Renewal {
+    fn renewed(&mut self, at: Instant, endpoints: Vec<Arc<str>>) {
+        self.at = Some(at);
+        self.endpoints = endpoints;
+    }
+}
+
+/// Renews the leases this node holds whenever its turn runs late (reading a large takeover,
+/// many notices, a slow database): a turn's work must not let the leases lapse. It takes and
+/// gives back nothing: that is the turn's.
+struct Keeper {
+    store: Arc<dyn ClusterStore>,
+    node: NodeInfo,
+    lease: Duration,
+    fence: Arc<Fence>,
+    renewal: Arc<std::sync::Mutex<Renewal>>,
+}
+
+impl Keeper {
+    async fn run(self, shutdown: CancellationToken) {
+        let turn = self.lease / 3;
+        let mut ticker = tokio::time::interval(turn / 2);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            let (last, endpoints) = {
+                let r = self.renewal.lock().expect("renewal lock");
+                (r.at, r.endpoints.clone())
+            };
+            // The turn renews every third of a lease; step in once it is half a turn late.
+            let late =
+                last.is_some_and(|at| self.fence.now().saturating_duration_since(at) >= turn + turn / 2);
+            if !late {
+                continue;
+            }
+            let asked = self.fence.now();
+            match self.store.renew_leases(&self.node, &endpoints, self.lease).await {
+                Ok(renewed) => {
+                    for endpoint in &renewed {
+                        self.fence.renew(endpoint, asked);
+                    }
+                    self.renewal.lock().expect("renewal lock").renewed(asked, renewed);
+                }
+                Err(e) => tracing::debug!(error = %e, "the keeper could not renew this node's leases"),
+            }
+        }
     }
 }
 

@@ -27,6 +27,7 @@ use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
 use crate::endpoint_admin::EndpointAdmin;
+use crate::fence::{Fence, SystemLeaseClock};
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
 use crate::model::Timestamp;
@@ -134,6 +135,11 @@ impl Gateway {
         let server_limits =
             ServerLimits::new(config.server.header_timeout, config.server.body_timeout, grace);
         let config = Arc::new(ArcSwap::from_pointee(config));
+        // In a cluster, the leases this node holds by its own monotonic clock: the scheduler
+        // sends only for endpoints it holds (see `crate::fence`).
+        let fence = cluster_store
+            .as_ref()
+            .map(|_| Arc::new(Fence::new(lease, Arc::new(SystemLeaseClock))));
         let (mut scheduler, scheduler_handle) = Scheduler::load(SchedulerDeps {
             clock: clock.clone(),
             store: store.clone(),
@@ -142,7 +148,7 @@ impl Gateway {
             plugins: plugins.clone(),
             metrics: metrics.clone(),
             traces: traces.clone(),
-            clustered: cluster_store.is_some(),
+            fence: fence.clone(),
         })
         .await
         .context("rebuilding the delivery queue")?;
@@ -169,8 +175,8 @@ impl Gateway {
             clock: reloader.clock.clone(),
         };
         let mut tasks = JoinSet::new();
-        let view = match cluster_store {
-            Some(cluster_store) => {
+        let view = match (cluster_store, fence) {
+            (Some(cluster_store), Some(fence)) => {
                 let nodes = Arc::new(ArcSwap::from_pointee(Vec::new()));
                 let mut task = ClusterTask::new(
                     cluster_store,
@@ -180,12 +186,14 @@ impl Gateway {
                     reloader.config.clone(),
                     nodes.clone(),
                     endpoint_admin.clone(),
+                    fence,
+                    &reloader.metrics,
                 );
                 let notices = task.start().await;
                 tasks.spawn(task.run(notices, shutdown.child_token()));
                 ClusterView::Shared(nodes)
             }
-            None => ClusterView::Solo(node),
+            _ => ClusterView::Solo(node),
         };
         let router = api_router(
             &reloader,

@@ -149,6 +149,21 @@ impl Metrics {
         self.counter("hookgate_event_reads_total", Vec::new())
     }
 
+    // --- cluster
+
+    /// `hookgate_cluster_fenced_attempts_total`: attempts a cluster node did not send because
+    /// its lease of their endpoint no longer held by its own clock right before the send.
+    pub fn fenced_attempts(&self) -> Counter {
+        self.counter("hookgate_cluster_fenced_attempts_total", Vec::new())
+    }
+
+    /// `hookgate_cluster_lease_lapses_total`: endpoint leases a cluster node found lapsed by its
+    /// own clock (not renewed in time: a pause, or a database it could not reach), after which
+    /// it read the endpoint's pending deliveries again before sending more.
+    pub fn lease_lapses(&self) -> Counter {
+        self.counter("hookgate_cluster_lease_lapses_total", Vec::new())
+    }
+
     /// `hookgate_queue_depth`: deliveries waiting in the scheduler.
     pub fn queue_depth(&self) -> Gauge {
         self.gauge("hookgate_queue_depth", Vec::new())

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first; within a layer, a module may import the ones listed before it.
 const LAYERS: &[(&str, &[&str])] = &[
     ("data", &["model"]),
-    ("rules", &["clock", "health", "policy", "charts"]),
+    ("rules", &["clock", "fence", "health", "policy", "charts"]),
     (
         "infrastructure",
         &["telemetry", "store", "delivery", "server", "console"],

@@ -4,6 +4,7 @@
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
 //!                                           [--only ingest,e2e,latency,lateness,backlog,plugins,postgres]
 //!                                           [--postgres postgres://…]
+//! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
 //! ```
 //!
 //! Each scenario starts a gateway in its own process (this executable with the hidden
@@ -13,6 +14,7 @@
 
 mod child;
 mod cluster;
+mod faults;
 mod floor;
 mod prom;
 mod report;
@@ -49,7 +51,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, e2e, latency, lateness, backlog,
-    /// plugins, postgres.
+    /// plugins, postgres, and faults (the cluster's fault runs, only when named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the results as JSON here.
@@ -71,6 +73,16 @@ struct Args {
     /// Print each run's details on stderr.
     #[arg(long, short)]
     verbose: bool,
+    /// `faults`: how many times the freeze of a node runs (each about half a minute).
+    #[arg(long, default_value_t = 20)]
+    freeze_runs: usize,
+    /// `faults`: how long the randomized run of kills, freezes, cuts, delays and database
+    /// restarts lasts.
+    #[arg(long, default_value_t = 10.0)]
+    random_minutes: f64,
+    /// `faults`: the randomized run's seed (printed by every run; default: a new one).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Measure nothing: print the table of an earlier `--json` file and, with `--charts`,
     /// draw its charts again.
     #[arg(long, value_name = "JSON")]
@@ -82,16 +94,28 @@ enum Hidden {
     /// Runs a gateway on CONFIG until SIGTERM (the harness starts itself this way).
     #[command(name = "__gateway", hide = true)]
     Gateway { config: PathBuf },
+    /// Runs the `hookgate` command line with these arguments (the fault runs' nodes).
+    #[command(name = "__hookgate", hide = true)]
+    Hookgate {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "e2e", "latency", "lateness", "backlog", "plugins", "postgres",
+    "ingest", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "faults",
 ];
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(Hidden::Gateway { config }) = &args.command {
-        return child::serve(config);
+    match &args.command {
+        Some(Hidden::Gateway { config }) => return child::serve(config),
+        Some(Hidden::Hookgate { args }) => {
+            return hookgate::cli::main_from(
+                std::iter::once("hookgate".to_owned()).chain(args.iter().cloned()),
+            );
+        }
+        None => {}
     }
     if let Some(unknown) = args.only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
         eprintln!("unknown scenario `{unknown}` (known: {})", SCENARIOS.join(", "));
@@ -134,7 +158,7 @@ fn machine() -> String {
 
 /// The 1-minute load average: runnable threads, averaged; above the core count, the gateway
 /// waited for CPU behind other work.
-fn load_average() -> f64 {
+pub(crate) fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
@@ -142,6 +166,22 @@ fn load_average() -> f64 {
 }
 
 async fn run(args: Args) -> ExitCode {
+    // Correctness counts, not figures, and half an hour: only when asked for by name.
+    if args.only.iter().any(|s| s == "faults") {
+        let counted = faults::run(faults::FaultArgs {
+            freeze_runs: args.freeze_runs,
+            random_minutes: args.random_minutes,
+            seed: args.seed,
+        })
+        .await;
+        if args.only.len() == 1 {
+            return counted;
+        }
+    }
+    let args = Args {
+        only: args.only.into_iter().filter(|s| s != "faults").collect(),
+        ..args
+    };
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|s| s == name);
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut bench = Bench {

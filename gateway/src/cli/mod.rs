@@ -198,7 +198,20 @@ fn init_logging(format: LogFormat) {
 
 /// The `hookgate` binary's entry point.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    run(Cli::parse())
+}
+
+/// The command line `args` (the program's name first), as the binary would run it: for a
+/// program that starts gateways of its own (`hookgate-bench`'s fault runs).
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    run(Cli::parse_from(args))
+}
+
+fn run(cli: Cli) -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Serve {

@@ -21,6 +21,7 @@ use super::lifecycle;
 use crate::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::fence::Fence;
 use crate::health::{EndpointHealth, HealthInput};
 use crate::model::{DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
 use crate::store::{AttemptWrite, PendingDelivery, StateChange, Store};
@@ -48,6 +49,9 @@ pub(super) struct Item {
     /// (`hookgate_attempt_lateness_seconds`), which includes waits for lane room and throttle.
     pub(super) due_at: Timestamp,
 }
+
+/// How long a delivery whose read failed waits before it is read again.
+const UNREAD_RETRY: Duration = Duration::from_secs(1);
 
 struct Due {
     at: Timestamp,
@@ -88,11 +92,16 @@ enum Finished {
         report: Box<AttemptReport>,
         event: Arc<Event>,
     },
-    /// The delivery is no longer pending on disk (finished meanwhile, or purged), or could not
-    /// be read now (the disk still says pending, so it is not lost).
+    /// The delivery is no longer pending on disk (finished meanwhile, or purged).
     Gone { item: Item },
+    /// The delivery could not be read now (the database restarting or out of reach): the disk
+    /// still says pending, so it is tried again in a moment, keeping its place in its key.
+    Unread { item: Item },
     /// The endpoint is no longer in the config.
     EndpointRemoved { item: Item },
+    /// The endpoint's lease no longer held here right before the send: nothing was sent, and
+    /// the node that holds it now delivers it (the store still says pending).
+    Fenced { item: Item },
 }
 
 pub(super) struct Actor {
@@ -144,6 +153,10 @@ pub(super) struct Actor {
     lateness: metrics::Histogram,
     /// Attempts started without their event in memory.
     event_reads: metrics::Counter,
+    /// In a cluster: which endpoints' leases this node holds now, by its own clock.
+    pub(super) fence: Option<Arc<Fence>>,
+    /// Attempts not started, or not sent, because their endpoint's lease no longer held.
+    fenced: metrics::Counter,
 }
 
 impl Actor {
@@ -163,6 +176,7 @@ impl Actor {
         });
         let lateness = deps.metrics.attempt_lateness();
         let event_reads = deps.metrics.event_reads();
+        let fenced = deps.metrics.fenced_attempts();
         let actor = Actor {
             clock: deps.clock,
             store: deps.store,
@@ -185,7 +199,7 @@ impl Actor {
             health_reports,
             publisher: None,
             runtime: tokio::runtime::Handle::current(),
-            owned: deps.clustered.then(HashSet::new),
+            owned: deps.fence.is_some().then(HashSet::new),
             carried: HashSet::new(),
             arrivals: HashMap::new(),
             awaiting: HashMap::new(),
@@ -193,6 +207,8 @@ impl Actor {
             metrics: deps.metrics,
             lateness,
             event_reads,
+            fenced,
+            fence: deps.fence,
         };
         let feeder = FeederChannels {
             changes: changes_rx,
@@ -480,10 +496,14 @@ impl Actor {
         let mut throttle_wake: Option<Timestamp> = None;
         // An endpoint that stops receiving — as far as this node knows; the store's answer to
         // the input that stopped it then stops its lane for good — holds its due deliveries.
+        // In a cluster, an endpoint whose lease no longer holds by this node's clock starts
+        // nothing (after a freeze, before the cluster task has asked the database again); the
+        // cluster task then drops what waits for it, or extends the lease.
         let names: Vec<Arc<str>> = self
             .lanes
             .iter()
             .filter(|(n, l)| !l.waiting.is_empty() && self.shared.receives_events(n))
+            .filter(|(n, _)| self.fence.as_ref().is_none_or(|f| f.holds(n)))
             .map(|(n, _)| n.clone())
             .collect();
         for name in names {
@@ -521,8 +541,9 @@ impl Actor {
         let env = self.env.clone();
         let store = self.store.clone();
         let config = config.clone();
+        let fence = self.fence.clone();
         self.tasks
-            .spawn_on(run_attempt(env, store, config, item), &self.runtime);
+            .spawn_on(run_attempt(env, store, config, fence, item), &self.runtime);
     }
 
     /// Applies a finished attempt (see [`Actor::settle_attempt`]). The attempt counts as in
@@ -530,9 +551,11 @@ impl Actor {
     /// both, and then for their commit.
     fn finish(&mut self, done: Finished) {
         let id = match &done {
-            Finished::Ran { item, .. } | Finished::Gone { item } | Finished::EndpointRemoved { item } => {
-                item.id
-            }
+            Finished::Ran { item, .. }
+            | Finished::Gone { item }
+            | Finished::Unread { item }
+            | Finished::EndpointRemoved { item }
+            | Finished::Fenced { item } => item.id,
         };
         self.settle_attempt(done);
         self.shared.in_flight.lock().expect("in-flight lock").remove(&id);
@@ -542,7 +565,11 @@ impl Actor {
     /// and metrics, then requeues or releases the item.
     fn settle_attempt(&mut self, done: Finished) {
         let item = match &done {
-            Finished::Ran { item, .. } | Finished::Gone { item } | Finished::EndpointRemoved { item } => item,
+            Finished::Ran { item, .. }
+            | Finished::Gone { item }
+            | Finished::Unread { item }
+            | Finished::EndpointRemoved { item }
+            | Finished::Fenced { item } => item,
         };
         self.in_flight -= 1;
         if let Some(lane) = self.lanes.get_mut(&item.endpoint) {
@@ -555,12 +582,34 @@ impl Actor {
         let now = self.clock.now();
         let (item, report, event) = match done {
             Finished::Ran { item, report, event } => (item, report, event),
-            Finished::Gone { item } | Finished::EndpointRemoved { item } if superseded => {
+            Finished::Gone { item }
+            | Finished::Unread { item }
+            | Finished::EndpointRemoved { item }
+            | Finished::Fenced { item }
+                if superseded =>
+            {
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
                 drop(item);
                 return;
             }
             Finished::Gone { item } => {
+                self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+                self.release_key(&item);
+                return;
+            }
+            Finished::Unread { item } => {
+                // Still pending on disk: read again in a moment. Its ordering key stays busy
+                // meanwhile, so the key's later events do not overtake it.
+                let mut item = item;
+                if carried {
+                    item.epoch = self.lane(&item.endpoint).epoch;
+                }
+                self.push_due(item, now.plus(UNREAD_RETRY));
+                return;
+            }
+            Finished::Fenced { item } => {
+                tracing::info!(delivery = %item.id, endpoint = %item.endpoint, "not sent: this node no longer holds the endpoint's lease");
+                self.fenced.increment(1);
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
                 self.release_key(&item);
                 return;
@@ -735,6 +784,7 @@ async fn run_attempt(
     env: Arc<AttemptEnv>,
     store: Arc<dyn Store>,
     config: Arc<Config>,
+    fence: Option<Arc<Fence>>,
     item: Item,
 ) -> Finished {
     let event = match &item.event {
@@ -743,8 +793,8 @@ async fn run_attempt(
             Ok(Some(d)) if d.status == DeliveryStatus::Pending && d.round == item.round => d.event,
             Ok(_) => return Finished::Gone { item },
             Err(e) => {
-                tracing::warn!(delivery = %item.id, error = %e, "could not load a delivery for its attempt");
-                return Finished::Gone { item };
+                tracing::warn!(delivery = %item.id, error = %e, "could not load a delivery for its attempt; trying again shortly");
+                return Finished::Unread { item };
             }
         },
     };
@@ -752,7 +802,10 @@ async fn run_attempt(
         return Finished::EndpointRemoved { item };
     };
     let policy = config.policy_for(&endpoint, &event.topic);
-    let report = attempt::perform(
+    // In a cluster, the lease is checked again right before the request is written: the
+    // node may have been frozen since the attempt started (see `crate::fence`).
+    let gate = || fence.as_ref().map_or(Ok(()), |f| f.check(&item.endpoint));
+    let report = attempt::perform_gated(
         &env,
         AttemptInput {
             endpoint: &endpoint,
@@ -765,8 +818,12 @@ async fn run_attempt(
             timeout: endpoint.timeout.unwrap_or(config.delivery.timeout),
             previous_delay: item.previous_delay,
         },
+        gate,
     )
     .await;
+    let Ok(report) = report else {
+        return Finished::Fenced { item };
+    };
     Finished::Ran {
         item,
         report: Box::new(report),

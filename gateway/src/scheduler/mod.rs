@@ -55,8 +55,9 @@ pub struct SchedulerDeps {
     /// The attempt spans' destination.
     pub traces: crate::traces::Traces,
     /// Several nodes share the store: this one delivers only the endpoints the cluster task
-    /// gives it, and rebuilds nothing at start.
-    pub clustered: bool,
+    /// gives it, rebuilds nothing at start, and starts (and sends) an attempt only while the
+    /// fence says this node holds its endpoint's lease.
+    pub fence: Option<Arc<crate::fence::Fence>>,
 }
 
 /// Builds the scheduler: loads health and pending deliveries from the store. Returns the
@@ -78,7 +79,7 @@ impl Scheduler {
             .map(|(name, h)| (Arc::<str>::from(name), h))
             .collect();
         let store = deps.store.clone();
-        let clustered = deps.clustered;
+        let clustered = deps.fence.is_some();
         let (mut actor, feeder) = Actor::new(deps, rx, shared.clone());
         actor.arm_every_health_timer();
         if !clustered {

@@ -89,6 +89,18 @@ pub trait ClusterStore: Send + Sync {
         lease: Duration,
     ) -> StoreResult<Vec<Arc<str>>>;
 
+    /// Records that this node is alive now and renews those of `endpoints` whose leases it
+    /// still holds (it takes none): the renewal that keeps leases when the node's turn is late.
+    /// Answers the endpoints renewed. Like [`ClusterStore::heartbeat`] and
+    /// [`ClusterStore::hold_endpoints`], it runs on a connection of its own, never waiting
+    /// for one that other queries use.
+    async fn renew_leases(
+        &self,
+        node: &NodeInfo,
+        endpoints: &[Arc<str>],
+        lease: Duration,
+    ) -> StoreResult<Vec<Arc<str>>>;
+
     /// Every pending delivery of these endpoints, oldest first.
     async fn pending_of(&self, endpoints: &[Arc<str>]) -> StoreResult<Vec<PendingDelivery>>;
 

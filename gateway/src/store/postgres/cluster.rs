@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Object};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -19,7 +19,9 @@ use super::{
 };
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, DeliveryStatus, Event, Timestamp};
-use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery, StoreResult};
+use crate::store::{
+    ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery, StoreError, StoreResult,
+};
 
 /// The database's clock in milliseconds since the epoch: leases and liveness are judged by one
 /// clock, whatever the nodes' own say.
@@ -28,6 +30,11 @@ const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 const FORGET_AFTER_MS: i64 = 3_600_000;
 /// A notice's payload stays well below PostgreSQL's 8000-byte limit.
 const MAX_PAYLOAD: usize = 7_000;
+/// How long a heartbeat or lease call may take on the lease connection (waiting for it
+/// included). One that takes longer is given up and its connection closed: a connection that
+/// stopped answering must not hold the renewals up (the leases then lapse by this node's own
+/// clock, see `crate::fence`, and the next call opens a new connection).
+pub(super) const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl PgStore {
     /// Tells the other nodes that these deliveries are pending (new, or a new round), with
@@ -107,6 +114,121 @@ fn parse_notice(own_node: &str, payload: &str) -> Option<ClusterNotice> {
     }
 }
 
+impl PgStore {
+    /// The lease connection (see [`PgStore::lease_pool`]), opened again when it was closed.
+    async fn lease_conn(&self) -> StoreResult<Object> {
+        Ok(self.lease_pool.get().await?)
+    }
+}
+
+/// The answer of a call on the lease connection, or an error when it took too long; such a
+/// connection is closed rather than given back, since its answer may still come and would be
+/// read as the next call's.
+fn lease_call_done<T>(
+    conn: Object,
+    answer: Result<StoreResult<T>, tokio::time::error::Elapsed>,
+) -> StoreResult<T> {
+    match answer {
+        Ok(result) => result,
+        Err(_) => {
+            drop(Object::take(conn));
+            Err(StoreError::Unavailable(format!(
+                "postgres: no answer to a lease call within {LEASE_CALL_TIMEOUT:?}"
+            )))
+        }
+    }
+}
+
+/// Records that `node` is alive now, by the database's clock.
+async fn mark_seen<C: GenericClient>(c: &C, node: &NodeInfo) -> StoreResult<()> {
+    execute(
+        c,
+        &format!(
+            "INSERT INTO nodes (id, address, started_at, last_seen_at) VALUES ($1, $2, $3, {NOW_MS})
+             ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at"
+        ),
+        &[&node.id, &node.address, &node.started_at.as_millis()],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn heartbeat_on(conn: &Object, node: &NodeInfo) -> StoreResult<(Timestamp, Vec<NodeRow>)> {
+    mark_seen(conn, node).await?;
+    execute(
+        conn,
+        &format!("DELETE FROM nodes WHERE last_seen_at < {NOW_MS} - $1"),
+        &[&FORGET_AFTER_MS],
+    )
+    .await?;
+    let rows = query(
+        conn,
+        &format!(
+            "SELECT n.id, n.address, n.started_at, n.last_seen_at,
+                     (SELECT count(*) FROM endpoint_leases l WHERE l.node = n.id AND l.expires_at > {NOW_MS}),
+                     {NOW_MS}
+                 FROM nodes n ORDER BY n.id"
+        ),
+        &[],
+    )
+    .await?;
+    let now = rows.first().map_or(node.started_at, |r| ts(r, 5));
+    let nodes = rows
+        .iter()
+        .map(|r| NodeRow {
+            id: r.get(0),
+            address: r.get(1),
+            started_at: ts(r, 2),
+            last_seen_at: ts(r, 3),
+            leases: u(r.get(4)),
+        })
+        .collect();
+    Ok((now, nodes))
+}
+
+async fn hold_on(
+    conn: &mut Object,
+    node_id: &str,
+    wanted: &[Arc<str>],
+    release: &[Arc<str>],
+    lease: Duration,
+) -> StoreResult<Vec<Arc<str>>> {
+    let tx = conn.transaction().await?;
+    let names = |list: &[Arc<str>]| -> Vec<String> {
+        let mut v: Vec<String> = list.iter().map(|e| e.to_string()).collect();
+        // One order for every node, so that two nodes taking overlapping sets never wait
+        // on each other's rows in opposite orders.
+        v.sort();
+        v
+    };
+    execute(
+        &tx,
+        "DELETE FROM endpoint_leases WHERE node = $1 AND endpoint = ANY($2)",
+        &[&node_id, &names(release)],
+    )
+    .await?;
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    execute(
+        &tx,
+        &format!(
+            "INSERT INTO endpoint_leases (endpoint, node, expires_at)
+                 SELECT e, $1, {NOW_MS} + $3 FROM unnest($2::text[]) AS e
+                 ON CONFLICT (endpoint) DO UPDATE SET node = EXCLUDED.node, expires_at = EXCLUDED.expires_at
+                 WHERE endpoint_leases.node = EXCLUDED.node OR endpoint_leases.expires_at < {NOW_MS}"
+        ),
+        &[&node_id, &names(wanted), &lease_ms],
+    )
+    .await?;
+    let held = query(
+        &tx,
+        &format!("SELECT endpoint FROM endpoint_leases WHERE node = $1 AND expires_at > {NOW_MS}"),
+        &[&node_id],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(held.iter().map(|r| Arc::from(r.get::<_, String>(0))).collect())
+}
+
 #[async_trait]
 impl ClusterStore for PgStore {
     fn node_id(&self) -> &str {
@@ -114,45 +236,9 @@ impl ClusterStore for PgStore {
     }
 
     async fn heartbeat(&self, node: &NodeInfo) -> StoreResult<(Timestamp, Vec<NodeRow>)> {
-        let conn = self.conn().await?;
-        execute(
-            &conn,
-            &format!(
-                "INSERT INTO nodes (id, address, started_at, last_seen_at) VALUES ($1, $2, $3, {NOW_MS})
-                 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at"
-            ),
-            &[&node.id, &node.address, &node.started_at.as_millis()],
-        )
-        .await?;
-        execute(
-            &conn,
-            &format!("DELETE FROM nodes WHERE last_seen_at < {NOW_MS} - $1"),
-            &[&FORGET_AFTER_MS],
-        )
-        .await?;
-        let rows = query(
-            &conn,
-            &format!(
-                "SELECT n.id, n.address, n.started_at, n.last_seen_at,
-                     (SELECT count(*) FROM endpoint_leases l WHERE l.node = n.id AND l.expires_at > {NOW_MS}),
-                     {NOW_MS}
-                 FROM nodes n ORDER BY n.id"
-            ),
-            &[],
-        )
-        .await?;
-        let now = rows.first().map_or(node.started_at, |r| ts(r, 5));
-        let nodes = rows
-            .iter()
-            .map(|r| NodeRow {
-                id: r.get(0),
-                address: r.get(1),
-                started_at: ts(r, 2),
-                last_seen_at: ts(r, 3),
-                leases: u(r.get(4)),
-            })
-            .collect();
-        Ok((now, nodes))
+        let conn = self.lease_conn().await?;
+        let answer = tokio::time::timeout(LEASE_CALL_TIMEOUT, heartbeat_on(&conn, node)).await;
+        lease_call_done(conn, answer)
     }
 
     async fn hold_endpoints(
@@ -161,41 +247,37 @@ impl ClusterStore for PgStore {
         release: &[Arc<str>],
         lease: Duration,
     ) -> StoreResult<Vec<Arc<str>>> {
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        let names = |list: &[Arc<str>]| -> Vec<String> {
-            let mut v: Vec<String> = list.iter().map(|e| e.to_string()).collect();
-            // One order for every node, so that two nodes taking overlapping sets never wait
-            // on each other's rows in opposite orders.
-            v.sort();
-            v
+        let mut conn = self.lease_conn().await?;
+        let work = hold_on(&mut conn, &self.node_id, wanted, release, lease);
+        let answer = tokio::time::timeout(LEASE_CALL_TIMEOUT, work).await;
+        lease_call_done(conn, answer)
+    }
+
+    async fn renew_leases(
+        &self,
+        node: &NodeInfo,
+        endpoints: &[Arc<str>],
+        lease: Duration,
+    ) -> StoreResult<Vec<Arc<str>>> {
+        let conn = self.lease_conn().await?;
+        let work = async {
+            mark_seen(&conn, node).await?;
+            let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+            let names: Vec<&str> = endpoints.iter().map(|e| &**e).collect();
+            let rows = query(
+                &conn,
+                &format!(
+                    "UPDATE endpoint_leases SET expires_at = {NOW_MS} + $3
+                     WHERE node = $1 AND endpoint = ANY($2) AND expires_at > {NOW_MS}
+                     RETURNING endpoint"
+                ),
+                &[&self.node_id, &names, &lease_ms],
+            )
+            .await?;
+            Ok(rows.iter().map(|r| Arc::from(r.get::<_, String>(0))).collect())
         };
-        execute(
-            &tx,
-            "DELETE FROM endpoint_leases WHERE node = $1 AND endpoint = ANY($2)",
-            &[&self.node_id, &names(release)],
-        )
-        .await?;
-        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-        execute(
-            &tx,
-            &format!(
-                "INSERT INTO endpoint_leases (endpoint, node, expires_at)
-                 SELECT e, $1, {NOW_MS} + $3 FROM unnest($2::text[]) AS e
-                 ON CONFLICT (endpoint) DO UPDATE SET node = EXCLUDED.node, expires_at = EXCLUDED.expires_at
-                 WHERE endpoint_leases.node = EXCLUDED.node OR endpoint_leases.expires_at < {NOW_MS}"
-            ),
-            &[&self.node_id, &names(wanted), &lease_ms],
-        )
-        .await?;
-        let held = query(
-            &tx,
-            &format!("SELECT endpoint FROM endpoint_leases WHERE node = $1 AND expires_at > {NOW_MS}"),
-            &[&self.node_id],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(held.iter().map(|r| Arc::from(r.get::<_, String>(0))).collect())
+        let answer = tokio::time::timeout(LEASE_CALL_TIMEOUT, work).await;
+        lease_call_done(conn, answer)
     }
 
     async fn pending_of(&self, endpoints: &[Arc<str>]) -> StoreResult<Vec<PendingDelivery>> {

@@ -43,6 +43,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 
 pub struct PgStore {
     pool: Pool,
+    /// One connection of its own for the cluster's heartbeats and lease renewals, so that they
+    /// never wait behind ingestion for a pooled connection (a slow or saturated database).
+    lease_pool: Pool,
     /// How long each write transaction's commit took, as the SQLite writer records its groups.
     commit_seconds: metrics::Histogram,
     /// Concurrent ingestion requests, committed together.
@@ -104,8 +107,9 @@ impl PgStore {
         node_id: &str,
         pool_size: usize,
     ) -> StoreResult<PgStore> {
-        let config = tokio_postgres::Config::from_str(url)
+        let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Internal(format!("storage.url is not a PostgreSQL URL: {e}")))?;
+        detect_dead_connections(&mut config);
         let (mut client, connection) = config.connect(NoTls).await?;
         let driver = tokio::spawn(connection);
         schema::migrate(&mut client).await?;
@@ -126,8 +130,23 @@ impl PgStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
+        let lease_manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let lease_pool = Pool::builder(lease_manager)
+            .max_size(1)
+            .wait_timeout(Some(cluster::LEASE_CALL_TIMEOUT))
+            .create_timeout(Some(cluster::LEASE_CALL_TIMEOUT))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Internal(format!("postgres pool: {e}")))?;
         Ok(PgStore {
             pool,
+            lease_pool,
             commit_seconds: metrics.writer_commit(),
             groups: group::Groups::new(pool_size, metrics.writer_batch_size()),
             node_id: node_id.to_owned(),
@@ -145,6 +164,23 @@ impl PgStore {
         tx.commit().await?;
         self.commit_seconds.record(started.elapsed().as_secs_f64());
         Ok(())
+    }
+}
+
+/// Unless the URL says otherwise, a connection whose peer stopped answering (a network
+/// partition that drops packets, a database host that froze) is found dead within seconds and
+/// closed, instead of holding its request, and a pooled connection, until the kernel gives up
+/// after many minutes: connects time out, idle connections are probed, and data left
+/// unacknowledged fails the connection.
+fn detect_dead_connections(config: &mut tokio_postgres::Config) {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(10));
+    }
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(Duration::from_secs(10));
     }
 }
 

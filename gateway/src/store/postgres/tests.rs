@@ -202,6 +202,60 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     assert_eq!(nodes.len(), 1, "a left the node list");
 }
 
+/// The keeper's renewal extends only the leases a node still holds: it takes no free lease,
+/// does not take back one that lapsed and went to another node, and marks the node seen.
+#[tokio::test]
+async fn a_renewal_extends_only_leases_still_held() {
+    let Some(db) = TestDb::create().await else { return };
+    let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
+    let info = |id: &str| NodeInfo {
+        id: id.into(),
+        address: "127.0.0.1:1".into(),
+        started_at: Timestamp::from_millis(1),
+    };
+    let (e, f): (Arc<str>, Arc<str>) = (Arc::from("e"), Arc::from("f"));
+    let both = vec![e.clone(), f.clone()];
+    let lease = Duration::from_secs(10);
+    let short = Duration::from_millis(300);
+    assert_eq!(
+        a.hold_endpoints(std::slice::from_ref(&e), &[], short)
+            .await
+            .unwrap(),
+        vec![e.clone()]
+    );
+    // `f` is free: a renewal does not take it.
+    assert_eq!(
+        a.renew_leases(&info("node-a"), &both, short).await.unwrap(),
+        vec![e.clone()]
+    );
+    // Let `e` lapse and go to b: a's renewal no longer finds it.
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    assert_eq!(
+        b.hold_endpoints(std::slice::from_ref(&e), &[], lease)
+            .await
+            .unwrap(),
+        vec![e.clone()]
+    );
+    assert!(
+        a.renew_leases(&info("node-a"), &both, lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        b.renew_leases(&info("node-b"), &both, lease).await.unwrap(),
+        vec![e]
+    );
+    let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
+    let listed: Vec<(&str, u32)> = nodes.iter().map(|n| (n.id.as_str(), n.leases)).collect();
+    assert_eq!(
+        listed,
+        [("node-a", 0), ("node-b", 1)],
+        "the renewal marked a seen"
+    );
+}
+
 /// A node taking in deliveries another node announced reads their events with them, each
 /// event once however many of its deliveries it takes: their attempts read nothing more.
 #[tokio::test]
