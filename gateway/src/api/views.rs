@@ -452,6 +452,7 @@ mod tests {
             received_at: Timestamp::EPOCH,
             tenant: None,
             trace: None,
+            labels: Default::default(),
         };
         assert_eq!(EventView::new(event.clone(), vec![]).payload.unwrap()["a"], 1);
         event.content_type = "text/plain".into();
