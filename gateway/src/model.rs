@@ -148,7 +148,8 @@ impl EventLabels {
     /// Back from the column; a text that does not parse (never written by the gateway) reads
     /// as no labels rather than failing the read of the event.
     pub fn from_column(text: Option<&str>) -> EventLabels {
-        text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default()
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default()
     }
 }
 

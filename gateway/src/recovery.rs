@@ -28,12 +28,11 @@ use crate::store::{
 fn replay_window(endpoint: &EndpointConfig) -> impl Fn(Timestamp, Timestamp) -> ReplayWindow + use<> {
     let ep = endpoint.clone();
     let topics = endpoint.topics.clone();
-    let matcher: Arc<dyn Fn(&Event) -> bool + Send + Sync> =
-        Arc::new(move |e: &Event| {
-            ep.matches_type(&e.event_type)
-                && ep.accepts_tenant(e.tenant.as_deref())
-                && crate::model::channels_match(&ep.channels, &e.labels.channels)
-        });
+    let matcher: Arc<dyn Fn(&Event) -> bool + Send + Sync> = Arc::new(move |e: &Event| {
+        ep.matches_type(&e.event_type)
+            && ep.accepts_tenant(e.tenant.as_deref())
+            && crate::model::channels_match(&ep.channels, &e.labels.channels)
+    });
     move |since, until| ReplayWindow {
         topics: topics.clone(),
         since,

@@ -433,6 +433,9 @@ async fn commit<T: Serialize>(
     answer: impl FnOnce(&crate::ingest::Prepared) -> T,
 ) -> Result<Response, ApiError> {
     assign_tenant(&req.caller, &mut events)?;
+    for event in &events {
+        state.event_types.check(&event.event_type, &event.payload).await?;
+    }
     let hash = || {
         let header_bytes = |name| req.headers.get(name).map(|v| v.as_bytes()).unwrap_or_default();
         idempotency::request_hash(

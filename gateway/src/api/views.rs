@@ -265,6 +265,14 @@ pub(crate) struct EndpointView {
     pub(crate) ordered: bool,
     pub(crate) dead_letter: bool,
     pub(crate) max_per_second: Option<f64>,
+    /// The channels it listens to; empty: every event, with channels or without.
+    #[serde(default)]
+    pub(crate) channels: Vec<String>,
+    /// Switched off by its owner: it receives no events.
+    #[serde(default)]
+    pub(crate) disabled: bool,
+    #[serde(default)]
+    pub(crate) metadata: std::collections::BTreeMap<String, String>,
     pub(crate) history: Vec<HistoryView>,
     /// What keeps the endpoint's deliveries from working as configured, e.g. `endpoint billing
     /// binds transform plugin "cloudevent" which is not loaded`. Empty when all is well.
@@ -322,6 +330,9 @@ impl EndpointView {
             ordered: ep.ordered,
             dead_letter: ep.dead_letter,
             max_per_second: ep.max_per_second,
+            channels: ep.channels.clone(),
+            disabled: ep.disabled,
+            metadata: ep.metadata.clone(),
             history: history.into_iter().map(HistoryView::from).collect(),
             problems,
         }
@@ -494,6 +505,46 @@ impl From<crate::store::NodeRow> for NodeView {
             started_at: n.started_at,
             last_seen_at: n.last_seen_at,
             leases: n.leases,
+        }
+    }
+}
+
+/// An event type of the catalog.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct EventTypeView {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    /// Hidden from lists unless asked for; events of it are still accepted.
+    pub(crate) archived: bool,
+    pub(crate) deprecated: bool,
+    /// JSON Schemas of the payload by version (`{"1": {...}}`); an event's payload must match
+    /// the highest version.
+    #[schema(value_type = Option<Object>)]
+    pub(crate) schemas: Option<serde_json::Value>,
+    pub(crate) feature_flags: Vec<String>,
+    pub(crate) group_name: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) updated_at: Timestamp,
+}
+
+impl From<crate::store::EventTypeRow> for EventTypeView {
+    fn from(row: crate::store::EventTypeRow) -> Self {
+        EventTypeView {
+            schemas: row.schemas.as_deref().and_then(|s| serde_json::from_str(s).ok()),
+            feature_flags: row
+                .feature_flags
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
+            name: row.name,
+            description: row.description,
+            archived: row.archived,
+            deprecated: row.deprecated,
+            group_name: row.group_name,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
         }
     }
 }

@@ -29,8 +29,8 @@ pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};
 use crate::model::{
-    Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, EventLabels, EventTrace, Exchange, SpanId, Timestamp,
-    TraceId,
+    Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, EventLabels, EventTrace, Exchange, SpanId,
+    Timestamp, TraceId,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -577,6 +577,11 @@ pub trait Store: Send + Sync + 'static {
     /// Removes an event type ([`StoreError::NotFound`] when there is none).
     async fn delete_event_type(&self, name: &str) -> StoreResult<()>;
 
+    /// Keeps the answer of an idempotent request that wrote through another operation (the
+    /// Svix API's creations): written after that write, so a crash between the two lets a
+    /// retry with the key run again. A key already kept is left as it is.
+    async fn save_idempotency(&self, record: IdempotencyRecord) -> StoreResult<()>;
+
     /// A page of a tenant's events with their `seq` (the cursor), newest first.
     async fn tenant_events(&self, query: EventQuery) -> StoreResult<Vec<(i64, Event)>>;
 
@@ -626,7 +631,9 @@ pub(crate) fn api_endpoint_conflict(name: &str, replacing: bool) -> StoreError {
 
 /// Why a replacing write changed nothing: the row was changed or deleted since it was read.
 pub(crate) fn changed_meanwhile(what: &str, key: &str) -> StoreError {
-    StoreError::Conflict(format!("{what} `{key}` was changed or deleted meanwhile; read it again and retry"))
+    StoreError::Conflict(format!(
+        "{what} `{key}` was changed or deleted meanwhile; read it again and retry"
+    ))
 }
 
 /// An attempt's exchange as both stores keep it: each header list a JSON array of
@@ -767,7 +774,10 @@ pub(crate) mod svix_contract {
     /// Found by id, uid or tenant; ids, uids and tenants are unique; replaced only from the
     /// version read; listed by id after a cursor; deleted once.
     pub(crate) async fn applications(store: &dyn Store) {
-        store.save_application(app("app_b", Some("acme"), 1), None).await.unwrap();
+        store
+            .save_application(app("app_b", Some("acme"), 1), None)
+            .await
+            .unwrap();
         store.save_application(app("app_a", None, 1), None).await.unwrap();
         for clash in [app("app_b", None, 1), app("app_c", Some("acme"), 1)] {
             let taken = store.save_application(clash, None).await;
@@ -781,18 +791,35 @@ pub(crate) mod svix_contract {
         let mut renamed = app("app_b", Some("acme-2"), 2);
         renamed.tenant = "acme".into();
         renamed.rate_limit = None;
-        store.save_application(renamed.clone(), Some(Timestamp::from_millis(1))).await.unwrap();
-        let stale = store.save_application(renamed.clone(), Some(Timestamp::from_millis(1))).await;
+        store
+            .save_application(renamed.clone(), Some(Timestamp::from_millis(1)))
+            .await
+            .unwrap();
+        let stale = store
+            .save_application(renamed.clone(), Some(Timestamp::from_millis(1)))
+            .await;
         assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
         let read = store.application("acme-2").await.unwrap().unwrap();
-        assert_eq!(read, ApplicationRow { created_at: Timestamp::from_millis(1), ..renamed });
+        assert_eq!(
+            read,
+            ApplicationRow {
+                created_at: Timestamp::from_millis(1),
+                ..renamed
+            }
+        );
         // The tenant stays what it was made with, and finds it still.
         assert_eq!(store.application("acme").await.unwrap().unwrap().id, "app_b");
 
         let ids = |rows: Vec<ApplicationRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
-        assert_eq!(ids(store.applications(None, 10).await.unwrap()), ["app_a", "app_b"]);
+        assert_eq!(
+            ids(store.applications(None, 10).await.unwrap()),
+            ["app_a", "app_b"]
+        );
         assert_eq!(ids(store.applications(None, 1).await.unwrap()), ["app_a"]);
-        assert_eq!(ids(store.applications(Some("app_a".into()), 10).await.unwrap()), ["app_b"]);
+        assert_eq!(
+            ids(store.applications(Some("app_a".into()), 10).await.unwrap()),
+            ["app_b"]
+        );
 
         store.delete_application("app_b").await.unwrap();
         let gone = store.delete_application("app_b").await;
@@ -817,27 +844,54 @@ pub(crate) mod svix_contract {
     /// Created once per name, replaced only from the version read, listed by name (archived
     /// ones on request), deleted once.
     pub(crate) async fn event_types(store: &dyn Store) {
-        store.save_event_type(event_type("user.signup", false, 1), None).await.unwrap();
-        store.save_event_type(event_type("user.deleted", true, 1), None).await.unwrap();
-        let taken = store.save_event_type(event_type("user.signup", false, 1), None).await;
+        store
+            .save_event_type(event_type("user.signup", false, 1), None)
+            .await
+            .unwrap();
+        store
+            .save_event_type(event_type("user.deleted", true, 1), None)
+            .await
+            .unwrap();
+        let taken = store
+            .save_event_type(event_type("user.signup", false, 1), None)
+            .await;
         assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
 
         let mut changed = event_type("user.signup", false, 2);
         changed.deprecated = true;
         changed.schemas = None;
-        store.save_event_type(changed.clone(), Some(Timestamp::from_millis(1))).await.unwrap();
-        let stale = store.save_event_type(changed.clone(), Some(Timestamp::from_millis(1))).await;
+        store
+            .save_event_type(changed.clone(), Some(Timestamp::from_millis(1)))
+            .await
+            .unwrap();
+        let stale = store
+            .save_event_type(changed.clone(), Some(Timestamp::from_millis(1)))
+            .await;
         assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
         assert_eq!(
             store.event_type("user.signup").await.unwrap().unwrap(),
-            EventTypeRow { created_at: Timestamp::from_millis(1), ..changed }
+            EventTypeRow {
+                created_at: Timestamp::from_millis(1),
+                ..changed
+            }
         );
 
         let names = |rows: Vec<EventTypeRow>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
-        assert_eq!(names(store.event_types(None, 10, false).await.unwrap()), ["user.signup"]);
-        assert_eq!(names(store.event_types(None, 10, true).await.unwrap()), ["user.deleted", "user.signup"]);
         assert_eq!(
-            names(store.event_types(Some("user.deleted".into()), 10, true).await.unwrap()),
+            names(store.event_types(None, 10, false).await.unwrap()),
+            ["user.signup"]
+        );
+        assert_eq!(
+            names(store.event_types(None, 10, true).await.unwrap()),
+            ["user.deleted", "user.signup"]
+        );
+        assert_eq!(
+            names(
+                store
+                    .event_types(Some("user.deleted".into()), 10, true)
+                    .await
+                    .unwrap()
+            ),
             ["user.signup"]
         );
 
@@ -901,10 +955,19 @@ pub(crate) mod svix_contract {
         assert_eq!(ids(&first), ["m4", "m2"]);
         assert_eq!(first[0].1.labels.event_id.as_deref(), Some("app-m4"));
         assert_eq!(first[0].1.labels.channels, ["eu"]);
-        let second = store.tenant_events(page(Some(first[1].0), &[], None)).await.unwrap();
+        let second = store
+            .tenant_events(page(Some(first[1].0), &[], None))
+            .await
+            .unwrap();
         assert_eq!(ids(&second), ["m1"]);
-        assert_eq!(ids(&store.tenant_events(page(None, &["a"], None)).await.unwrap()), ["m4", "m1"]);
-        assert_eq!(ids(&store.tenant_events(page(None, &[], Some(15))).await.unwrap()), ["m4", "m2"]);
+        assert_eq!(
+            ids(&store.tenant_events(page(None, &["a"], None)).await.unwrap()),
+            ["m4", "m1"]
+        );
+        assert_eq!(
+            ids(&store.tenant_events(page(None, &[], Some(15))).await.unwrap()),
+            ["m4", "m2"]
+        );
 
         let mut changes = Vec::new();
         for (n, delivery) in ready.iter().enumerate() {
@@ -931,7 +994,8 @@ pub(crate) mod svix_contract {
             }));
         }
         store.apply(changes.into()).await.unwrap();
-        let all = |q: AttemptQuery| async move { store.attempts(AttemptQuery { limit: 10, ..q }).await.unwrap() };
+        let all =
+            |q: AttemptQuery| async move { store.attempts(AttemptQuery { limit: 10, ..q }).await.unwrap() };
         let of_acme = all(AttemptQuery {
             tenant: Some("acme".into()),
             ..AttemptQuery::default()
@@ -940,7 +1004,10 @@ pub(crate) mod svix_contract {
         let events: Vec<&str> = of_acme.iter().map(|a| a.event_id.as_str()).collect();
         assert_eq!(events, ["m4", "m2", "m1"]);
         assert_eq!(of_acme[0].attempt.status_code, Some(503));
-        assert_eq!(of_acme[0].attempt.exchange.response_body.as_deref(), Some("body 3"));
+        assert_eq!(
+            of_acme[0].attempt.exchange.response_body.as_deref(),
+            Some("body 3")
+        );
         assert_eq!(of_acme[0].endpoint, "ep-acme");
         let of_m2 = all(AttemptQuery {
             event_id: Some("m2".into()),
@@ -954,7 +1021,10 @@ pub(crate) mod svix_contract {
             ..AttemptQuery::default()
         })
         .await;
-        assert_eq!(older.iter().map(|a| a.event_id.as_str()).collect::<Vec<_>>(), ["m2", "m1"]);
+        assert_eq!(
+            older.iter().map(|a| a.event_id.as_str()).collect::<Vec<_>>(),
+            ["m2", "m1"]
+        );
     }
 }
 

@@ -1184,7 +1184,9 @@ impl Store for SqliteStore {
         let name = name.to_owned();
         self.read(move |conn| {
             Ok(conn
-                .prepare_cached(&format!("SELECT {EVENT_TYPE_COLUMNS} FROM event_types WHERE name = ?1"))?
+                .prepare_cached(&format!(
+                    "SELECT {EVENT_TYPE_COLUMNS} FROM event_types WHERE name = ?1"
+                ))?
                 .query_row(params![name], event_type_from_row)
                 .optional()?)
         })
@@ -1252,9 +1254,29 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn save_idempotency(&self, record: IdempotencyRecord) -> StoreResult<()> {
+        self.write(Urgency::Wait, move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO idempotency (scope, key, request_hash, status, response, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (scope, key) DO NOTHING",
+            )?
+            .execute(params![
+                record.scope,
+                record.key,
+                record.request_hash,
+                record.status,
+                &record.response[..],
+                record.created_at.as_millis(),
+            ])?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn tenant_events(&self, query: EventQuery) -> StoreResult<Vec<(i64, Event)>> {
         self.read(move |conn| {
-            let types = serde_json::to_string(&query.event_types).map_err(|e| StoreError::Internal(e.to_string()))?;
+            let types =
+                serde_json::to_string(&query.event_types).map_err(|e| StoreError::Internal(e.to_string()))?;
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT e.seq, {EVENT_COLUMNS} FROM events e
                  WHERE e.tenant = ?1 AND (?2 IS NULL OR e.seq < ?2)

@@ -1302,7 +1302,9 @@ impl Store for PgStore {
         } else {
             execute(
                 &conn,
-                &format!("INSERT INTO applications ({APPLICATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"),
+                &format!(
+                    "INSERT INTO applications ({APPLICATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                ),
                 &[
                     &row.id,
                     &row.uid,
@@ -1419,6 +1421,25 @@ impl Store for PgStore {
         if removed == 0 {
             return Err(StoreError::NotFound(format!("event type `{name}`")));
         }
+        Ok(())
+    }
+
+    async fn save_idempotency(&self, r: IdempotencyRecord) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        execute(
+            &conn,
+            "INSERT INTO idempotency (scope, key, request_hash, status, response, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, key) DO NOTHING",
+            &[
+                &r.scope,
+                &r.key,
+                &r.request_hash,
+                &i64::from(r.status),
+                &&r.response[..],
+                &r.created_at.as_millis(),
+            ],
+        )
+        .await?;
         Ok(())
     }
 
