@@ -432,7 +432,7 @@ async fn change(
         )));
     }
     if let Some(headers) = keys.remove("headers") {
-        keys.insert("headers".into(), replaced_headers(ep, headers));
+        keys.insert("headers".into(), replaced_headers(state, ep, headers));
     }
     let saved = state
         .endpoint_admin
@@ -463,24 +463,34 @@ fn endpoint_of_tenant(
 
 /// A merge patch that makes the endpoint's headers exactly `wanted`: the names it drops are
 /// removed (header names are matched without regard to case).
-fn replaced_headers(ep: &EndpointConfig, wanted: Value) -> Value {
+fn replaced_headers(state: &AppState, ep: &EndpointConfig, wanted: Value) -> Value {
     let mut patch = Map::new();
-    for (name, _) in stored_headers(ep) {
+    for (name, _) in stored_headers(state, ep) {
         patch.insert(name, Value::Null);
     }
     if let Value::Object(wanted) = wanted {
-        patch.retain(|name, _| !wanted.keys().any(|w| w.eq_ignore_ascii_case(name)));
+        patch.retain(|name, _| !wanted.contains_key(name));
         patch.extend(wanted);
     }
     Value::Object(patch)
 }
 
-/// The endpoint's headers with their names as written.
-fn stored_headers(ep: &EndpointConfig) -> BTreeMap<String, String> {
-    ep.headers
+/// The endpoint's headers with their names as written (HTTP header names are matched without
+/// regard to case, but Svix shows them as they were set).
+fn stored_headers(state: &AppState, ep: &EndpointConfig) -> BTreeMap<String, String> {
+    let config = state.config.load();
+    let written = config
+        .api_endpoints
         .iter()
-        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_owned())))
-        .collect()
+        .find(|r| *r.name == *ep.name)
+        .and_then(|r| serde_json::from_str::<Value>(&r.spec).ok())
+        .and_then(|spec| serde_json::from_value::<BTreeMap<String, String>>(spec["headers"].clone()).ok());
+    written.unwrap_or_else(|| {
+        ep.headers
+            .iter()
+            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_owned())))
+            .collect()
+    })
 }
 
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}", tag = "svix",
@@ -599,7 +609,7 @@ async fn get_headers(
 ) -> SvixResult<Response> {
     let app = application_of(&state, &caller, &app_id).await?;
     let ep = endpoint_of(&state, &app, &endpoint_id)?;
-    let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) = stored_headers(&ep)
+    let (sensitive, headers): (BTreeMap<_, _>, BTreeMap<_, _>) = stored_headers(&state, &ep)
         .into_iter()
         .partition(|(name, _)| is_sensitive(name));
     Ok(json(
@@ -638,7 +648,7 @@ async fn set_headers(
         .into_iter()
         .filter_map(|(name, value)| Some((name, Value::from(value?))))
         .collect();
-    let patch = json!({"headers": replaced_headers(&ep, Value::Object(wanted))});
+    let patch = json!({"headers": replaced_headers(&state, &ep, Value::Object(wanted))});
     state.endpoint_admin.update(&ep.name, patch, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -657,7 +667,7 @@ async fn patch_headers(
     let app = application_of(&state, &caller, &app_id).await?;
     let ep = endpoint_of(&state, &app, &endpoint_id)?;
     let input: HeadersIn = body(&bytes)?;
-    let mut wanted = stored_headers(&ep);
+    let mut wanted = stored_headers(&state, &ep);
     let changes = input
         .headers
         .into_iter()
@@ -668,7 +678,7 @@ async fn patch_headers(
             wanted.insert(name, value);
         }
     }
-    let patch = json!({"headers": replaced_headers(&ep, json!(wanted))});
+    let patch = json!({"headers": replaced_headers(&state, &ep, json!(wanted))});
     state.endpoint_admin.update(&ep.name, patch, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -49,8 +49,29 @@ struct MessageIn {
     _payload_retention_period: Option<u64>,
     #[serde(rename = "payloadRetentionHours")]
     _payload_retention_hours: Option<u64>,
-    #[serde(rename = "transformationsParams")]
-    _transformations_params: Option<Value>,
+    /// `rawPayload` (and `headers.content-type`): a payload sent byte for byte, as the SDKs'
+    /// `message_in_raw` asks; other transformation parameters are not applied.
+    transformations_params: Option<Value>,
+}
+
+impl MessageIn {
+    /// The bytes to deliver and their content type: the raw payload when one was given, else
+    /// the JSON payload.
+    fn body(&self) -> (Bytes, String) {
+        let params = self.transformations_params.as_ref();
+        match params.and_then(|p| p["rawPayload"].as_str()) {
+            Some(raw) => {
+                let content_type = params
+                    .and_then(|p| p["headers"]["content-type"].as_str())
+                    .unwrap_or("application/json");
+                (Bytes::copy_from_slice(raw.as_bytes()), content_type.to_owned())
+            }
+            None => (
+                Bytes::from(serde_json::to_vec(&self.payload).expect("JSON serializes")),
+                "application/json".to_owned(),
+            ),
+        }
+    }
 }
 
 /// `MessageOut`.
@@ -151,17 +172,20 @@ async fn create_message(
     let options: WithContent = query(raw_query)?;
     let input: MessageIn = body(bytes)?;
     let labels = labels(&input)?;
+    let (payload, content_type) = input.body();
+    let MessageIn {
+        event_type,
+        application,
+        ..
+    } = input;
     let app = match application_of(state, caller, app_id).await {
-        Err(e) if caller.tenant.is_none() && input.application.is_some() => {
-            let Some(application) = input.application else {
-                return Err(e);
-            };
-            create_application(state, application, Some(app_id)).await?
-        }
+        Err(e) if caller.tenant.is_none() => match application {
+            Some(application) => create_application(state, application, Some(app_id)).await?,
+            None => return Err(e),
+        },
         other => other?,
     };
-    let payload = Bytes::from(serde_json::to_vec(&input.payload).expect("JSON serializes"));
-    state.event_types.check(&input.event_type, &payload).await?;
+    state.event_types.check(&event_type, &payload).await?;
     let path = format!("/api/v1/app/{app_id}/msg");
     let claim = match super::begin_idempotent(state, caller, headers, &path, bytes).await? {
         Begin::Replay(response) => return Ok(response),
@@ -174,8 +198,8 @@ async fn create_message(
             None => super::new_id("msg"),
         }),
         topic: defaults::SVIX_TOPIC.to_owned(),
-        event_type: input.event_type,
-        content_type: "application/json".into(),
+        event_type,
+        content_type,
         payload,
         ordering_key: None,
         tenant: Some(app.tenant.clone()),
