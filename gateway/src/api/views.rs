@@ -157,6 +157,14 @@ pub(crate) struct EventView {
     /// `traceparent`; null for events stored before traces were.
     #[serde(default)]
     pub(crate) trace_id: Option<String>,
+    /// Its channels (none: it reaches the endpoints without channels only).
+    #[serde(default)]
+    pub(crate) channels: Vec<String>,
+    /// A Svix message's tags and `eventId` (docs/svix.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) svix_event_id: Option<String>,
     pub(crate) deliveries: Vec<DeliveryView>,
 }
 
@@ -185,6 +193,9 @@ impl EventView {
             payload,
             payload_base64,
             trace_id: event.trace.map(|t| t.trace_id.to_string()),
+            channels: event.labels.channels,
+            tags: event.labels.tags,
+            svix_event_id: event.labels.event_id,
             deliveries,
         }
     }

@@ -45,7 +45,8 @@ pub(super) struct ImportSvix {
 struct Side {
     base: String,
     token: Option<String>,
-    client: Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>,
+    client:
+        Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>,
 }
 
 /// Rows asked for per page of a list.
@@ -96,7 +97,8 @@ impl Side {
         let value: Value = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()))
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&bytes).into_owned()))
         };
         if status.is_success() {
             return Ok(value);
@@ -118,11 +120,15 @@ impl Side {
                 query.push_str(&format!("&iterator={}", segment(it)));
             }
             let sep = if path.contains('?') { '&' } else { '?' };
-            let page = self.call(Method::GET, &format!("{path}{sep}{query}"), None).await?;
+            let page = self
+                .call(Method::GET, &format!("{path}{sep}{query}"), None)
+                .await?;
             let data = page["data"].as_array().cloned().unwrap_or_default();
             items.extend(data);
             match (page["done"].as_bool(), page["iterator"].as_str()) {
-                (Some(false), Some(next)) if Some(next) != iterator.as_deref() => iterator = Some(next.to_owned()),
+                (Some(false), Some(next)) if Some(next) != iterator.as_deref() => {
+                    iterator = Some(next.to_owned())
+                }
                 _ => return Ok(items),
             }
         }
@@ -171,7 +177,11 @@ pub(super) fn run(args: ImportSvix) -> ExitCode {
             let verb = if args.dry_run { "would copy" } else { "copied" };
             println!(
                 "{verb} {} event types, {} applications, {} endpoints ({} secrets, {} headers)",
-                summary.event_types, summary.applications, summary.endpoints, summary.secrets, summary.headers
+                summary.event_types,
+                summary.applications,
+                summary.endpoints,
+                summary.secrets,
+                summary.headers
             );
             for note in &summary.sensitive {
                 println!("not copied (Svix does not show its value): {note}");
@@ -220,14 +230,19 @@ async fn import(args: &ImportSvix) -> Result<Summary, String> {
 }
 
 async fn read(svix: &Side, bar: &ProgressBar) -> Result<Source, String> {
-    let event_types = svix.all("/api/v1/event-type?include_archived=true&with_content=true").await?;
+    let event_types = svix
+        .all("/api/v1/event-type?include_archived=true&with_content=true")
+        .await?;
     let apps = svix.all("/api/v1/app").await?;
     bar.set_length(apps.len() as u64);
     let mut applications = Vec::with_capacity(apps.len());
     for app in apps {
         let app_id = app["id"].as_str().unwrap_or_default().to_owned();
         let mut endpoints = Vec::new();
-        for fields in svix.all(&format!("/api/v1/app/{}/endpoint", segment(&app_id))).await? {
+        for fields in svix
+            .all(&format!("/api/v1/app/{}/endpoint", segment(&app_id)))
+            .await?
+        {
             let ep_id = fields["id"].as_str().unwrap_or_default();
             let base = format!("/api/v1/app/{}/endpoint/{}", segment(&app_id), segment(ep_id));
             let secret = svix.call(Method::GET, &format!("{base}/secret"), None).await?;
@@ -268,10 +283,21 @@ async fn write(gateway: &Side, source: &Source, bar: &ProgressBar) -> Result<(),
         let name = event_type["name"].as_str().unwrap_or_default();
         let body = pick(
             event_type,
-            &["description", "archived", "deprecated", "schemas", "featureFlags", "groupName"],
+            &[
+                "description",
+                "archived",
+                "deprecated",
+                "schemas",
+                "featureFlags",
+                "groupName",
+            ],
         );
         gateway
-            .call(Method::PUT, &format!("/api/v1/event-type/{}", segment(name)), Some(&body))
+            .call(
+                Method::PUT,
+                &format!("/api/v1/event-type/{}", segment(name)),
+                Some(&body),
+            )
             .await?;
         bar.inc(1);
     }
@@ -280,7 +306,11 @@ async fn write(gateway: &Side, source: &Source, bar: &ProgressBar) -> Result<(),
         let mut body = pick(app, &["name", "metadata", "rateLimit"]);
         body["uid"] = Value::from(app_key.clone());
         gateway
-            .call(Method::PUT, &format!("/api/v1/app/{}", segment(&app_key)), Some(&body))
+            .call(
+                Method::PUT,
+                &format!("/api/v1/app/{}", segment(&app_key)),
+                Some(&body),
+            )
             .await?;
         bar.inc(1);
         for ep in endpoints {
@@ -295,9 +325,20 @@ async fn write_endpoint(gateway: &Side, app_key: &str, ep: &Endpoint) -> Result<
     let ep_key = key_of(&ep.fields);
     let mut body = pick(
         &ep.fields,
-        &["url", "description", "channels", "disabled", "metadata", "rateLimit", "throttleRate"],
+        &[
+            "url",
+            "description",
+            "channels",
+            "disabled",
+            "metadata",
+            "rateLimit",
+            "throttleRate",
+        ],
     );
-    let types = ep.fields.get("filterTypes").or_else(|| ep.fields.get("eventTypes"));
+    let types = ep
+        .fields
+        .get("filterTypes")
+        .or_else(|| ep.fields.get("eventTypes"));
     body["filterTypes"] = types.cloned().unwrap_or(Value::Null);
     body["uid"] = Value::from(ep_key.clone());
     if let Some(secret) = &ep.secret {
@@ -306,7 +347,11 @@ async fn write_endpoint(gateway: &Side, app_key: &str, ep: &Endpoint) -> Result<
     let base = format!("/api/v1/app/{}/endpoint/{}", segment(app_key), segment(&ep_key));
     gateway.call(Method::PUT, &base, Some(&body)).await?;
     gateway
-        .call(Method::PUT, &format!("{base}/headers"), Some(&json!({"headers": ep.headers})))
+        .call(
+            Method::PUT,
+            &format!("{base}/headers"),
+            Some(&json!({"headers": ep.headers})),
+        )
         .await?;
     Ok(())
 }
@@ -334,7 +379,10 @@ mod tests {
 
     #[test]
     fn only_present_fields_are_copied() {
-        let picked = pick(&json!({"name": "a", "metadata": null, "x": 1}), &["name", "metadata"]);
+        let picked = pick(
+            &json!({"name": "a", "metadata": null, "x": 1}),
+            &["name", "metadata"],
+        );
         assert_eq!(picked, json!({"name": "a"}));
     }
 }

@@ -159,12 +159,6 @@ pub(crate) async fn create_application(
     let uid = input.uid.clone().flatten().or(uid.map(str::to_owned));
     if let Some(uid) = &uid {
         valid_svix_name(&["body", "uid"], uid)?;
-        if uid.starts_with("app_") {
-            return Err(SvixError::invalid(
-                &["body", "uid"],
-                "a uid may not start with `app_`",
-            ));
-        }
     }
     let id = new_id("app");
     let now = state.clock.now();

@@ -169,6 +169,11 @@ async fn create_message(
     headers: &HeaderMap,
     bytes: &[u8],
 ) -> SvixResult<Response> {
+    // Another tenant's application (or none) answers 404 before the body is looked at.
+    let found = application_of(state, caller, app_id).await;
+    if caller.tenant.is_some() {
+        found.as_ref().map_err(|_| SvixError::not_found())?;
+    }
     let options: WithContent = query(raw_query)?;
     let input: MessageIn = body(bytes)?;
     let labels = labels(&input)?;
@@ -178,12 +183,10 @@ async fn create_message(
         application,
         ..
     } = input;
-    let app = match application_of(state, caller, app_id).await {
-        Err(e) if caller.tenant.is_none() => match application {
-            Some(application) => create_application(state, application, Some(app_id)).await?,
-            None => return Err(e),
-        },
-        other => other?,
+    let app = match (found, application) {
+        (Ok(app), _) => app,
+        (Err(_), Some(application)) => create_application(state, application, Some(app_id)).await?,
+        (Err(e), None) => return Err(e),
     };
     state.event_types.check(&event_type, &payload).await?;
     let path = format!("/api/v1/app/{app_id}/msg");
