@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -107,17 +107,10 @@ async fn portal(
     let config = state.config.load();
     let expires_at = state.clock.now().plus(ttl);
     let token = TokenKeys::of(&config.server, &state.console_fallback_key).issue(&app.tenant, expires_at);
-    let base = config.server.public_url.clone().unwrap_or_else(|| {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        format!(
-            "http://{}",
-            host.map_or_else(|| config.server.listen.to_string(), str::to_owned)
-        )
-    });
     Ok((
         StatusCode::OK,
         PortalAccessOut {
-            url: format!("{base}/console/#token={token}"),
+            url: crate::api::tenants::console_link(&config, headers, &token),
             token,
         },
     ))
