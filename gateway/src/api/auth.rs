@@ -89,7 +89,7 @@ pub(crate) fn tenant_may_call(method: &axum::http::Method, path: &str) -> bool {
 
 /// A refusal in the shape of the API the path belongs to: Svix's for `/api/v1/…`.
 fn refusal(path: &str, error: ApiError) -> Response {
-    if path.starts_with(super::svix::PREFIX) {
+    if super::svix::is_svix_path(path) {
         super::svix::SvixError::from(error).into_response()
     } else {
         error.into_response()

@@ -58,8 +58,11 @@ pub(super) fn unsupported_router() -> axum::Router<AppState> {
 #[allow(dead_code)] // Only its schema is used.
 pub(crate) struct SvixJson(Value);
 
-/// The path prefix of this API.
-pub(crate) const PREFIX: &str = "/api/v1/";
+/// Whether `path` is one of Svix's (its API, or its ingest API): refusals there take Svix's
+/// shape.
+pub(crate) fn is_svix_path(path: &str) -> bool {
+    path.starts_with("/api/v1/") || path.starts_with("/ingest/api/v1/")
+}
 
 /// An error as Svix answers it.
 #[derive(Debug)]
