@@ -9,9 +9,10 @@
 //! cache is read again from the store.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
 use serde_json::Value;
 
 use crate::clock::Clock;
@@ -60,7 +61,8 @@ pub struct EventTypeChange {
 pub struct EventTypes {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    cache: Arc<Mutex<Option<Compiled>>>,
+    /// Read on every ingestion without a lock.
+    cache: Arc<ArcSwapOption<Compiled>>,
     /// One reader fills the cache at a time; the others wait for its result.
     filling: Arc<tokio::sync::Mutex<()>>,
 }
@@ -150,7 +152,7 @@ impl EventTypes {
     /// Checks a JSON payload of `event_type` against the type's latest schema, if it has one.
     pub async fn check(&self, event_type: &str, payload: &[u8]) -> Result<(), CatalogError> {
         self.fill_cache().await?;
-        let guard = self.cache.lock().expect("catalog cache lock");
+        let guard = self.cache.load();
         let Some(compiled) = guard.as_ref() else {
             return Ok(());
         };
@@ -174,14 +176,13 @@ impl EventTypes {
 
     /// Makes the next check read the catalog again.
     fn forget(&self) {
-        *self.cache.lock().expect("catalog cache lock") = None;
+        self.cache.store(None);
     }
 
     async fn fill_cache(&self) -> Result<(), CatalogError> {
         let fresh = || {
             self.cache
-                .lock()
-                .expect("catalog cache lock")
+                .load()
                 .as_ref()
                 .is_some_and(|c| c.read_at.elapsed() < CACHE_FOR)
         };
@@ -222,7 +223,7 @@ impl EventTypes {
                 compiled.index.insert(row.name, index);
             }
         }
-        *self.cache.lock().expect("catalog cache lock") = Some(compiled);
+        self.cache.store(Some(Arc::new(compiled)));
         Ok(())
     }
 }

@@ -404,7 +404,8 @@ impl EndpointConfig {
 impl Config {
     /// The config a newcomer gets with no file: loopback listener, SQLite under `./data`, and
     /// one topic, `default`, so that the first `curl` is accepted (and visible in
-    /// `GET /v1/topics` and `GET /v1/events/{id}`); no endpoints until a file declares them.
+    /// `GET /v1/topics` and `GET /v1/events/{id}`), beside the built-in `svix`; no endpoints
+    /// until a file declares them.
     pub fn embedded_default() -> Config {
         let raw = RawConfig {
             topics: BTreeMap::from([(
