@@ -52,20 +52,23 @@ try {
   const app = await call("application.create", () => svix.application.create({ name: "Node shop", uid: "node-shop" }));
   check("an application is created", app.id.startsWith("app_") && app.uid === "node-shop", app);
   const ep = await call("endpoint.create", () =>
-    svix.endpoint.create("node-shop", { url: hook, filterTypes: ["order.created"], channels: ["eu"] }),
+    svix.endpoint.create("node-shop", { url: hook, eventTypes: ["order.created"], channels: ["eu"] }),
   );
-  check("an endpoint keeps its filters", ep.channels?.[0] === "eu", ep);
+  check("an endpoint keeps its filters", ep.channels?.[0] === "eu" && ep.eventTypes?.[0] === "order.created", ep);
   const secret = await call("endpoint.getSecret", () => svix.endpoint.getSecret("node-shop", ep.id));
   const msg = await call("message.create", () =>
     svix.message.create("node-shop", { eventType: "order.created", payload: { id: 7 }, channels: ["eu"], eventId: "order-7" }),
   );
   check("a message is accepted", msg.id.startsWith("msg_"), msg);
-  await call("message.create (ignored by filters)", () =>
+  await call("message.create (no channel)", () =>
     svix.message.create("node-shop", { eventType: "order.created", payload: { id: 8 } }),
+  );
+  await call("message.create (another type)", () =>
+    svix.message.create("node-shop", { eventType: "order.deleted", payload: { id: 9 }, channels: ["eu"] }),
   );
   await waitFor(1);
   await new Promise((r) => setTimeout(r, 300));
-  check("only the message on the endpoint's channel arrives", received.length === 1, received.length);
+  check("only the message of the endpoint's type and channel arrives", received.length === 1, received.length);
   const { headers, body } = received[0];
   let verified = true;
   try {
@@ -92,11 +95,15 @@ try {
     attempts = await call("messageAttempt.listByMsg", () => svix.messageAttempt.listByMsg("node-shop", msg.id));
   }
   check("the attempt is listed as a success", attempts.data[0]?.status === 0, attempts);
-  const list = await call("message.list", () => svix.message.list("node-shop", { limit: 1 }));
-  const next = await call("message.list (iterator)", () =>
-    svix.message.list("node-shop", { limit: 1, iterator: list.iterator }),
-  );
-  check("messages page with the iterator", !list.done && next.done && next.data[0].id !== list.data[0].id, [list, next]);
+  // Three messages were sent: page through them one at a time.
+  let page = await call("message.list", () => svix.message.list("node-shop", { limit: 1 }));
+  const seen = page.data.map((m) => m.id);
+  while (!page.done && seen.length < 10) {
+    const iterator = page.iterator;
+    page = await call("message.list (iterator)", () => svix.message.list("node-shop", { limit: 1, iterator }));
+    seen.push(...page.data.map((m) => m.id));
+  }
+  check("messages page with the iterator, newest first", seen.length === 3 && new Set(seen).size === 3 && seen[2] === msg.id, seen);
   try {
     await call("application.get (missing)", () => svix.application.get("no-such-app"));
     check("a missing application is refused", false);

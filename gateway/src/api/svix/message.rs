@@ -330,38 +330,42 @@ async fn list(
         })
         .transpose()?;
     let filtered = q.channel.is_some() || q.tag.is_some();
+    let base = EventQuery {
+        tenant: app.tenant.clone(),
+        before: None,
+        since: q
+            .after
+            .as_deref()
+            .map(|t| time(&["query", "after"], t))
+            .transpose()?,
+        until: q
+            .before
+            .as_deref()
+            .map(|t| time(&["query", "before"], t))
+            .transpose()?,
+        event_types: q
+            .event_types
+            .as_deref()
+            .map(|t| {
+                t.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        limit: if filtered { SCAN_PAGE } else { limit + 1 },
+    };
     let mut rows: Vec<(i64, Event)> = Vec::new();
+    let mut exhausted = false;
     for _ in 0..SCAN_PAGES {
-        let want = if filtered { SCAN_PAGE } else { limit + 1 };
         let page = state
             .store
             .tenant_events(EventQuery {
-                tenant: app.tenant.clone(),
                 before,
-                since: q
-                    .after
-                    .as_deref()
-                    .map(|t| time(&["query", "after"], t))
-                    .transpose()?,
-                until: q
-                    .before
-                    .as_deref()
-                    .map(|t| time(&["query", "before"], t))
-                    .transpose()?,
-                event_types: q
-                    .event_types
-                    .as_deref()
-                    .map(|t| {
-                        t.split(',')
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                limit: want,
+                ..base.clone()
             })
             .await?;
-        let exhausted = page.len() < want as usize;
+        exhausted = page.len() < base.limit as usize;
         before = page.last().map(|(seq, _)| *seq).or(before);
         rows.extend(page.into_iter().filter(|(_, e)| {
             q.channel.as_ref().is_none_or(|c| e.labels.channels.contains(c))
@@ -372,12 +376,17 @@ async fn list(
         }
     }
     let with_content = q.with_content.unwrap_or(true);
-    let list = super::page(
+    let mut list = super::page(
         rows,
         limit,
         |(seq, _)| seq.to_string(),
         |(_, e)| MessageOut::of(&e, with_content),
     );
+    // The scan stopped before the end without filling the page: the rest is for the next one.
+    if list.done && !exhausted {
+        list.done = false;
+        list.iterator = before.map(|seq| seq.to_string());
+    }
     Ok(json(StatusCode::OK, &list))
 }
 
