@@ -1302,28 +1302,45 @@ impl Store for SqliteStore {
 
     async fn attempts(&self, query: AttemptQuery) -> StoreResult<Vec<AttemptListRow>> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
+            // Only the filters given, so that the planner can start from the one event's
+            // deliveries (events_by_id) instead of walking every attempt; `+` keeps it from
+            // starting from all of the tenant's deliveries instead.
+            let mut conditions = Vec::new();
+            let mut values: Vec<rusqlite::types::Value> = Vec::new();
+            for (column, value) in [
+                ("+d.tenant = ?", query.tenant.map(Into::into)),
+                ("e.id = ?", query.event_id.map(Into::into)),
+                ("d.endpoint = ?", query.endpoint.map(Into::into)),
+                ("a.id < ?", query.before.map(Into::into)),
+            ] {
+                if let Some(value) = value {
+                    conditions.push(column);
+                    values.push(value);
+                }
+            }
+            values.push(i64::from(query.limit).into());
+            let filter = if conditions.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", conditions.join(" AND "))
+            };
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT a.id, d.id, e.id, d.endpoint, a.round, a.n, a.started_at, a.duration_ms, a.status_code,
                         a.error_kind, a.error, a.plugin_note, a.request_headers, a.response_headers,
                         a.response_body, a.trace_id
                  FROM attempts a JOIN deliveries d ON d.id = a.delivery_id JOIN events e ON e.seq = d.event_seq
-                 WHERE (?1 IS NULL OR d.tenant = ?1) AND (?2 IS NULL OR e.id = ?2)
-                   AND (?3 IS NULL OR d.endpoint = ?3) AND (?4 IS NULL OR a.id < ?4)
-                 ORDER BY a.id DESC LIMIT ?5",
-            )?;
-            let rows = stmt.query_map(
-                params![query.tenant, query.event_id, query.endpoint, query.before, query.limit],
-                |r| {
-                    Ok(AttemptListRow {
-                        id: r.get(0)?,
-                        delivery: DeliveryId(r.get(1)?),
-                        event_id: r.get(2)?,
-                        endpoint: r.get(3)?,
-                        round: r.get(4)?,
-                        attempt: attempt_from_row(r, 5)?,
-                    })
-                },
-            )?;
+                 {filter} ORDER BY a.id DESC LIMIT ?"
+            ))?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(values), |r| {
+                Ok(AttemptListRow {
+                    id: r.get(0)?,
+                    delivery: DeliveryId(r.get(1)?),
+                    event_id: r.get(2)?,
+                    endpoint: r.get(3)?,
+                    round: r.get(4)?,
+                    attempt: attempt_from_row(r, 5)?,
+                })
+            })?;
             Ok(rows.collect::<rusqlite::Result<_>>()?)
         })
         .await
