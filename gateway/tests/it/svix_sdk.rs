@@ -105,6 +105,8 @@ async fn the_official_python_sdk_drives_the_svix_api_and_its_portal_link_opens_t
     };
     browser.goto(results["portal_url"].as_str().unwrap()).await;
     browser.wait_for_text("Tenant acme").await;
+    // The overview done first: a view still loading would draw over the next one.
+    browser.wait_for_text("delivered in the last hour").await;
     browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
     let own = results["own_endpoint"].as_str().unwrap();
     browser.wait_for_text(own).await;
