@@ -345,6 +345,9 @@ async fn prepare(
     for (name, value) in &standard {
         headers.insert(name.clone(), value.clone());
     }
+    if endpoint.svix_headers {
+        add_svix_headers(&mut headers, &mut masked);
+    }
     headers.insert(traces::TRACEPARENT, traceparent);
 
     if let Some(binding) = &endpoint.signer {
@@ -363,6 +366,24 @@ async fn prepare(
         auth: endpoint.auth.clone(),
         route: endpoint.route.clone(),
     })
+}
+
+/// Receivers written for Svix read `svix-id`, `svix-timestamp` and `svix-signature`: an
+/// endpoint that asks for them (those made through the Svix API do) gets them beside the
+/// `webhook-*` headers, with the same values. The signature is masked in the attempt record
+/// like the standard one.
+fn add_svix_headers(headers: &mut HeaderMap, masked: &mut Vec<HeaderName>) {
+    const ALIASES: [(&str, &str); 3] = [
+        ("webhook-id", "svix-id"),
+        ("webhook-timestamp", "svix-timestamp"),
+        ("webhook-signature", "svix-signature"),
+    ];
+    for (standard, svix) in ALIASES {
+        if let Some(value) = headers.get(standard).cloned() {
+            headers.insert(HeaderName::from_static(svix), value);
+        }
+    }
+    masked.push(HeaderName::from_static("svix-signature"));
 }
 
 /// Runs the transform on the request so far: `Ok(Some(..))` is the new base (headers the

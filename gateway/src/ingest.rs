@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
 use crate::config::Config;
 use crate::health::EndpointHealth;
-use crate::model::{Event, EventTrace, Timestamp};
+use crate::model::{Event, EventLabels, EventTrace, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError, Target};
 use crate::telemetry::Metrics;
@@ -31,6 +31,8 @@ pub struct NewEvent {
     pub ordering_key: Option<String>,
     /// The tenant whose endpoints (and the endpoints without a tenant) receive it.
     pub tenant: Option<String>,
+    /// Its channels, and a Svix message's tags and eventId.
+    pub labels: EventLabels,
 }
 
 /// How a commit went.
@@ -85,7 +87,7 @@ impl Ingestor {
             .into_iter()
             .map(|e| {
                 let endpoints = config
-                    .subscribers(&e.topic, &e.event_type, e.tenant.as_deref())
+                    .subscribers(&e.topic, &e.event_type, e.tenant.as_deref(), &e.labels.channels)
                     .filter(|ep| self.scheduler.receives_events(&ep.name))
                     .map(|ep| Target {
                         endpoint: ep.name.clone(),
@@ -106,6 +108,7 @@ impl Ingestor {
                             trace_id: crate::traces::new_trace_id(),
                             span_id: None,
                         })),
+                        labels: e.labels,
                     }),
                     endpoints,
                 }
@@ -182,6 +185,7 @@ impl Ingestor {
                 payload: Bytes::from(body.to_string()),
                 ordering_key: Some(endpoint.to_owned()),
                 tenant: None,
+                labels: EventLabels::default(),
             }],
             None,
         );

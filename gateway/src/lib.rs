@@ -15,6 +15,7 @@ pub mod console;
 pub mod delivery;
 pub mod endpoint_admin;
 pub mod fence;
+pub mod event_types;
 pub mod health;
 pub mod ingest;
 pub mod model;

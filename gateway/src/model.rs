@@ -118,6 +118,46 @@ pub struct Event {
     pub tenant: Option<String>,
     /// The trace the event's attempts belong to; None for events stored before traces were.
     pub trace: Option<EventTrace>,
+    /// Its channels (routing) and the Svix API's own fields.
+    pub labels: EventLabels,
+}
+
+/// What an event carries beside its payload. `channels` route it (see [`channels_match`]);
+/// `tags` and `event_id` are kept for the Svix API, which shows them on its messages.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLabels {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// A Svix message's `eventId`, the app's own id of it (unique per application).
+    #[serde(default, rename = "eventId", skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+}
+
+impl EventLabels {
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty() && self.tags.is_empty() && self.event_id.is_none()
+    }
+
+    /// As the stores keep them: a JSON object, or NULL when there are none.
+    pub fn to_column(&self) -> Option<String> {
+        (!self.is_empty()).then(|| serde_json::to_string(self).expect("labels serialize"))
+    }
+
+    /// Back from the column; a text that does not parse (never written by the gateway) reads
+    /// as no labels rather than failing the read of the event.
+    pub fn from_column(text: Option<&str>) -> EventLabels {
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Svix's channel rule, as its server applies it: an endpoint without channels takes every
+/// event; an endpoint with channels takes only the events that name at least one of them, so
+/// never an event without channels.
+pub fn channels_match(endpoint_channels: &[String], event_channels: &[String]) -> bool {
+    endpoint_channels.is_empty() || event_channels.iter().any(|c| endpoint_channels.contains(c))
 }
 
 pub use opentelemetry::trace::{SpanId, TraceId};

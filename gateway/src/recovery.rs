@@ -23,13 +23,16 @@ use crate::store::{
     Target,
 };
 
-/// The events of `endpoint`'s topics in a time window that it would receive: its type filter
-/// and its tenant.
+/// The events of `endpoint`'s topics in a time window that it would receive: its type filter,
+/// its tenant and its channels.
 fn replay_window(endpoint: &EndpointConfig) -> impl Fn(Timestamp, Timestamp) -> ReplayWindow + use<> {
     let ep = endpoint.clone();
     let topics = endpoint.topics.clone();
-    let matcher: Arc<dyn Fn(&Event) -> bool + Send + Sync> =
-        Arc::new(move |e: &Event| ep.matches_type(&e.event_type) && ep.accepts_tenant(e.tenant.as_deref()));
+    let matcher: Arc<dyn Fn(&Event) -> bool + Send + Sync> = Arc::new(move |e: &Event| {
+        ep.matches_type(&e.event_type)
+            && ep.accepts_tenant(e.tenant.as_deref())
+            && crate::model::channels_match(&ep.channels, &e.labels.channels)
+    });
     move |since, until| ReplayWindow {
         topics: topics.clone(),
         since,

@@ -389,6 +389,7 @@ fn api_router(
         plugins,
         traces: traces.clone(),
     });
+    let event_types = crate::event_types::EventTypes::new(store.clone(), clock.clone());
     let state = AppState::new(ApiDeps {
         config,
         store,
@@ -402,6 +403,7 @@ fn api_router(
         cluster,
         endpoint_admin,
         traces,
+        event_types,
     });
     api::router(state).0
 }

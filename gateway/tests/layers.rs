@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "operations",
         &[
+            "event_types",
             "commit",
             "ingest",
             "recovery",

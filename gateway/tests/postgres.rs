@@ -207,6 +207,10 @@ fn batch(n: i64, idempotency: Option<IdempotencyRecord>) -> IngestBatch {
                     trace_id: TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736 + n as u128),
                     span_id: (n % 2 == 0).then(|| SpanId::from(0x00f0_67aa_0ba9_02b7 + n as u64)),
                 }),
+                labels: hookgate::model::EventLabels {
+                    channels: vec![format!("c{}", n % 2)],
+                    ..Default::default()
+                },
             }),
             endpoints: vec![Target::untenanted("a"), Target::untenanted("b")],
         }],

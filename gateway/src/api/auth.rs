@@ -55,7 +55,7 @@ impl Caller {
     }
 }
 
-const OPEN_PATHS: &[&str] = &["/healthz", "/metrics", "/openapi.json"];
+const OPEN_PATHS: &[&str] = &["/healthz", "/metrics", "/openapi.json", "/api/v1/health"];
 
 /// Open paths beside [`OPEN_PATHS`]: the console's static files, which hold no data (the
 /// console calls the API with the user's key or token like any client).
@@ -75,7 +75,24 @@ pub(crate) fn tenant_may_call(method: &axum::http::Method, path: &str) -> bool {
         | ["v1", "stats"]
         | ["v1", "me"] => method == Method::GET,
         ["v1", "deliveries", ..] | ["v1", "endpoints", ..] => true,
+        ["v1", "event-types", ..] => method == Method::GET,
+        // The Svix API: a tenant reads the catalog and its own application, and manages what
+        // is under it (each handler answers 404 for another tenant's application); creating,
+        // changing or deleting applications and portal links are an admin's.
+        ["api", "v1", "event-type", ..] | ["api", "v1", "app"] | ["api", "v1", "app", _] => {
+            method == Method::GET
+        }
+        ["api", "v1", "app", _, ..] => true,
         _ => false,
+    }
+}
+
+/// A refusal in the shape of the API the path belongs to: Svix's for `/api/v1/…`.
+fn refusal(path: &str, error: ApiError) -> Response {
+    if super::svix::is_svix_path(path) {
+        super::svix::SvixError::from(error).into_response()
+    } else {
+        error.into_response()
     }
 }
 
@@ -91,7 +108,8 @@ pub(super) async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    let path = request.uri().path();
+    let owned_path = request.uri().path().to_owned();
+    let path = owned_path.as_str();
     if OPEN_PATHS.contains(&path)
         || OPEN_PREFIXES
             .iter()
@@ -106,12 +124,14 @@ pub(super) async fn authenticate(
         return next.run(request).await;
     }
     let Some(presented) = presented else {
-        let mut response = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send `Authorization: Bearer <api key>`",
-        )
-        .into_response();
+        let mut response = refusal(
+            path,
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send `Authorization: Bearer <api key>`",
+            ),
+        );
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -119,15 +139,17 @@ pub(super) async fn authenticate(
     };
     let caller = match identify(&state, &config.server, presented) {
         Ok(caller) => caller,
-        Err(refusal) => return refusal.into_response(),
+        Err(error) => return refusal(path, error),
     };
-    if caller.tenant.is_some() && !tenant_may_call(request.method(), request.uri().path()) {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_only",
-            "this route needs an admin API key; a tenant's key or console token cannot call it",
-        )
-        .into_response();
+    if caller.tenant.is_some() && !tenant_may_call(request.method(), path) {
+        return refusal(
+            path,
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "admin_only",
+                "this route needs an admin API key; a tenant's key or console token cannot call it",
+            ),
+        );
     }
     request.extensions_mut().insert(caller);
     next.run(request).await

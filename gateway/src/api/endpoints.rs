@@ -309,6 +309,7 @@ async fn test_endpoint(
         tenant: ep.tenant.as_deref().map(str::to_owned),
         // A test call belongs to no ingestion: its attempt starts a trace of its own.
         trace: None,
+        labels: Default::default(),
     };
     let policy = config.policy_for(&ep, &topic);
     let report = attempt::perform(

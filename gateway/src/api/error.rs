@@ -8,6 +8,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::endpoint_admin::AdminError;
+use crate::event_types::CatalogError;
 use crate::recovery::RecoveryError;
 use crate::store::StoreError;
 
@@ -191,6 +192,19 @@ impl From<AdminError> for ApiError {
             AdminError::Changed(_) => ApiError::conflict("endpoint_changed", message),
             AdminError::OtherTenant(_) => ApiError::new(StatusCode::FORBIDDEN, "tenant_mismatch", message),
             AdminError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        let message = e.to_string();
+        match e {
+            CatalogError::Invalid { .. } => ApiError::bad_request("invalid_event_type", message),
+            CatalogError::NotFound(_) => ApiError::not_found("event_type_not_found", message),
+            CatalogError::Exists(_) => ApiError::conflict("event_type_exists", message),
+            CatalogError::PayloadInvalid { .. } => ApiError::bad_request("payload_schema_mismatch", message),
+            CatalogError::Store(e) => e.into(),
         }
     }
 }

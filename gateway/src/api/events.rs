@@ -19,6 +19,7 @@ use super::views::{DeliveryView, EventView};
 use super::{ApiError, AppState};
 use crate::ingest::Committed;
 use crate::ingest::NewEvent;
+use crate::model::EventLabels;
 use crate::store::DeliveryFilter;
 use crate::traces::IngestSpan;
 use tracing::Instrument;
@@ -52,6 +53,10 @@ pub(crate) struct EventIn {
     /// The tenant the event belongs to: it reaches that tenant's endpoints and the endpoints
     /// without a tenant. A tenant's key sets its own (and may not name another).
     tenant: Option<String>,
+    /// Channels (at most 5): an endpoint with channels receives only events naming one of
+    /// them; an endpoint without channels receives every event.
+    #[serde(default)]
+    channels: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -306,6 +311,7 @@ fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
     if let Some(tenant) = &e.tenant {
         valid_tenant(tenant)?;
     }
+    valid_channels(&e.channels)?;
     Ok(NewEvent {
         id: e.id,
         topic: topic.to_owned(),
@@ -314,7 +320,29 @@ fn structured(topic: &str, e: EventIn) -> Result<NewEvent, ApiError> {
         payload: Bytes::copy_from_slice(e.payload.get().as_bytes()),
         ordering_key: e.ordering_key,
         tenant: e.tenant,
+        labels: EventLabels {
+            channels: e.channels,
+            ..EventLabels::default()
+        },
     })
+}
+
+/// An event's channels, as Svix takes them: at most 5, each named like a tenant.
+pub(crate) fn valid_channels(channels: &[String]) -> Result<(), ApiError> {
+    const MAX_CHANNELS: usize = 5;
+    if channels.len() > MAX_CHANNELS {
+        return Err(ApiError::bad_request(
+            "invalid_channels",
+            format!("an event has at most {MAX_CHANNELS} channels"),
+        ));
+    }
+    match channels.iter().find(|c| !crate::config::valid_name(c)) {
+        Some(bad) => Err(ApiError::bad_request(
+            "invalid_channels",
+            format!("channel `{bad}` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Tenants are named like endpoints: they travel in paths and lists.
@@ -405,6 +433,9 @@ async fn commit<T: Serialize>(
     answer: impl FnOnce(&crate::ingest::Prepared) -> T,
 ) -> Result<Response, ApiError> {
     assign_tenant(&req.caller, &mut events)?;
+    for event in &events {
+        state.event_types.check(&event.event_type, &event.payload).await?;
+    }
     let hash = || {
         let header_bytes = |name| req.headers.get(name).map(|v| v.as_bytes()).unwrap_or_default();
         idempotency::request_hash(
@@ -566,6 +597,10 @@ async fn ingest_one_traced(
         if let Some(tenant) = tenant {
             valid_tenant(tenant)?;
         }
+        let channels: Vec<String> = header_text(&req.headers, "event-channels")?
+            .map(|list| list.split(',').map(|c| c.trim().to_owned()).collect())
+            .unwrap_or_default();
+        valid_channels(&channels)?;
         vec![NewEvent {
             id: id.map(str::to_owned),
             topic: req.topic.clone(),
@@ -574,6 +609,10 @@ async fn ingest_one_traced(
             payload: req.body.clone(),
             ordering_key: ordering_key.map(str::to_owned),
             tenant: tenant.map(str::to_owned),
+            labels: EventLabels {
+                channels,
+                ..EventLabels::default()
+            },
         }]
     };
     commit(state, &req, span, events, |p| Accepted {

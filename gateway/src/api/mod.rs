@@ -8,12 +8,14 @@ mod auth;
 mod deliveries;
 mod endpoints;
 mod error;
+mod event_types;
 mod events;
 mod idempotency;
 mod ops;
 mod plugins;
 mod policies;
 mod stats;
+mod svix;
 mod tenants;
 mod tokens;
 mod topics;
@@ -75,6 +77,8 @@ pub struct Shared {
     pub(crate) console_fallback_key: crate::model::Secret,
     /// The ingestion spans (and the ids of every request's trace).
     pub(crate) traces: crate::traces::Traces,
+    /// The event type catalog, which checks payloads against their type's schema.
+    pub(crate) event_types: crate::event_types::EventTypes,
 }
 
 #[derive(OpenApi)]
@@ -100,6 +104,8 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(tenants::router())
         .merge(stats::router())
         .merge(ops::router())
+        .merge(event_types::router())
+        .merge(svix::router())
         .split_for_parts();
     let doc = Arc::new(openapi.clone());
     let router = routes
@@ -111,6 +117,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
             }),
         )
         .merge(crate::console::router())
+        .merge(svix::unsupported_router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
@@ -153,6 +160,7 @@ pub(crate) struct ApiDeps {
     pub(crate) cluster: crate::cluster::ClusterView,
     pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
     pub(crate) traces: crate::traces::Traces,
+    pub(crate) event_types: crate::event_types::EventTypes,
 }
 
 impl AppState {
@@ -185,6 +193,7 @@ impl AppState {
             endpoint_admin: deps.endpoint_admin,
             console_fallback_key: crate::model::Secret::new(hex::encode(rand::random::<[u8; 32]>())),
             traces: deps.traces,
+            event_types: deps.event_types,
         }))
     }
 }

@@ -93,7 +93,16 @@ async fn console_token(
     let config = state.config.load();
     let expires_at = state.clock.now().plus(ttl);
     let token = TokenKeys::of(&config.server, &state.console_fallback_key).issue(&tenant, expires_at);
-    // Without `server.public_url`, the address the admin reached this gateway at.
+    Ok(Json(ConsoleToken {
+        url: console_link(&config, &headers, &token),
+        token,
+        expires_at,
+    }))
+}
+
+/// The console's address signed in with `token`: under `server.public_url`, or else the
+/// address the caller reached this gateway at.
+pub(super) fn console_link(config: &crate::config::Config, headers: &HeaderMap, token: &str) -> String {
     let base = config.server.public_url.clone().unwrap_or_else(|| {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
         format!(
@@ -101,9 +110,5 @@ async fn console_token(
             host.map_or_else(|| config.server.listen.to_string(), str::to_owned)
         )
     });
-    Ok(Json(ConsoleToken {
-        url: format!("{base}/console/#token={token}"),
-        token,
-        expires_at,
-    }))
+    format!("{base}/console/#token={token}")
 }

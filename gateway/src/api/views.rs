@@ -157,6 +157,14 @@ pub(crate) struct EventView {
     /// `traceparent`; null for events stored before traces were.
     #[serde(default)]
     pub(crate) trace_id: Option<String>,
+    /// Its channels (none: it reaches the endpoints without channels only).
+    #[serde(default)]
+    pub(crate) channels: Vec<String>,
+    /// A Svix message's tags and `eventId` (docs/svix.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) svix_event_id: Option<String>,
     pub(crate) deliveries: Vec<DeliveryView>,
 }
 
@@ -185,6 +193,9 @@ impl EventView {
             payload,
             payload_base64,
             trace_id: event.trace.map(|t| t.trace_id.to_string()),
+            channels: event.labels.channels,
+            tags: event.labels.tags,
+            svix_event_id: event.labels.event_id,
             deliveries,
         }
     }
@@ -265,6 +276,14 @@ pub(crate) struct EndpointView {
     pub(crate) ordered: bool,
     pub(crate) dead_letter: bool,
     pub(crate) max_per_second: Option<f64>,
+    /// The channels it listens to; empty: every event, with channels or without.
+    #[serde(default)]
+    pub(crate) channels: Vec<String>,
+    /// Switched off by its owner: it receives no events.
+    #[serde(default)]
+    pub(crate) disabled: bool,
+    #[serde(default)]
+    pub(crate) metadata: std::collections::BTreeMap<String, String>,
     pub(crate) history: Vec<HistoryView>,
     /// What keeps the endpoint's deliveries from working as configured, e.g. `endpoint billing
     /// binds transform plugin "cloudevent" which is not loaded`. Empty when all is well.
@@ -322,6 +341,9 @@ impl EndpointView {
             ordered: ep.ordered,
             dead_letter: ep.dead_letter,
             max_per_second: ep.max_per_second,
+            channels: ep.channels.clone(),
+            disabled: ep.disabled,
+            metadata: ep.metadata.clone(),
             history: history.into_iter().map(HistoryView::from).collect(),
             problems,
         }
@@ -452,6 +474,7 @@ mod tests {
             received_at: Timestamp::EPOCH,
             tenant: None,
             trace: None,
+            labels: Default::default(),
         };
         assert_eq!(EventView::new(event.clone(), vec![]).payload.unwrap()["a"], 1);
         event.content_type = "text/plain".into();
@@ -493,6 +516,46 @@ impl From<crate::store::NodeRow> for NodeView {
             started_at: n.started_at,
             last_seen_at: n.last_seen_at,
             leases: n.leases,
+        }
+    }
+}
+
+/// An event type of the catalog.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct EventTypeView {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    /// Hidden from lists unless asked for; events of it are still accepted.
+    pub(crate) archived: bool,
+    pub(crate) deprecated: bool,
+    /// JSON Schemas of the payload by version (`{"1": {...}}`); an event's payload must match
+    /// the highest version.
+    #[schema(value_type = Option<Object>)]
+    pub(crate) schemas: Option<serde_json::Value>,
+    pub(crate) feature_flags: Vec<String>,
+    pub(crate) group_name: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub(crate) updated_at: Timestamp,
+}
+
+impl From<crate::store::EventTypeRow> for EventTypeView {
+    fn from(row: crate::store::EventTypeRow) -> Self {
+        EventTypeView {
+            schemas: row.schemas.as_deref().and_then(|s| serde_json::from_str(s).ok()),
+            feature_flags: row
+                .feature_flags
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
+            name: row.name,
+            description: row.description,
+            archived: row.archived,
+            deprecated: row.deprecated,
+            group_name: row.group_name,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The `hookgate` command line (README "Command line"): `serve`, `config check|schema`, `policy
 //! preview`, `plugin check`, and the operator commands that talk to a running gateway's API.
 
+mod import;
 mod migrate;
 mod ops;
 
@@ -87,6 +88,11 @@ enum Command {
         #[arg(long, env = "HOOKGATE_MIGRATE_TO", hide_env_values = true)]
         to: String,
     },
+    /// Copy another webhook service's setup into a running hookgate.
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
     /// Make a signing key pair: `hookgate keygen ed25519` prints a `whsk_` private key (the
     /// endpoint's `secret` with `signature: ed25519`) and its `whpk_` public key (for the
     /// receiver).
@@ -105,6 +111,14 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ImportSource {
+    /// From a Svix server (its cloud or self-hosted), through its API: event types,
+    /// applications, endpoints with their secrets (receivers keep verifying) and endpoint
+    /// headers. Idempotent: run it again to copy what changed.
+    Svix(import::ImportSvix),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -267,6 +281,9 @@ fn run(cli: Cli) -> ExitCode {
         },
         Command::Ops(command) => ops::run(command),
         Command::Migrate { from, to } => migrate::run(&from, &to),
+        Command::Import {
+            source: ImportSource::Svix(args),
+        } => import::run(args),
         Command::Keygen {
             scheme: KeyScheme::Ed25519,
         } => keygen_ed25519(),

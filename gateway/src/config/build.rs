@@ -468,7 +468,8 @@ impl Validator<'_> {
         policies
     }
 
-    /// The file's topics, plus the operator topic when health events are published.
+    /// The file's topics, plus the operator topic when health events are published, and the
+    /// Svix API's topic.
     fn topics(
         &mut self,
         raw: &BTreeMap<String, RawTopic>,
@@ -492,6 +493,10 @@ impl Validator<'_> {
         if let Some(op) = &health.operator_topic {
             topics.entry(op.clone()).or_insert(TopicConfig { policy: None });
         }
+        // The Svix API's messages go to this topic; the file may declare it to give it a policy.
+        topics
+            .entry(defaults::SVIX_TOPIC.to_owned())
+            .or_insert(TopicConfig { policy: None });
         topics
     }
 }

@@ -10,6 +10,8 @@ pub const PLUGIN_DIR: &str = "./plugins";
 pub const PLUGIN_CACHE_DIR_NAME: &str = "plugin-cache";
 /// The one topic of the embedded default, so that a newcomer's first event is accepted.
 pub const TOPIC: &str = "default";
+/// The topic of the messages sent through the Svix API (docs/svix.md): always there.
+pub const SVIX_TOPIC: &str = "svix";
 
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

@@ -17,6 +17,9 @@ const RESERVED_HEADERS: &[&str] = &[
     "webhook-id",
     "webhook-timestamp",
     "webhook-signature",
+    "svix-id",
+    "svix-timestamp",
+    "svix-signature",
     "hookgate-delivery-attempt",
     // Names the attempt's span; a configured value would put every attempt in one trace.
     "traceparent",
@@ -68,6 +71,13 @@ impl Validator<'_> {
         if let Some(tenant) = &raw.tenant {
             self.name(&format!("{path}.tenant"), tenant);
         }
+        for (i, channel) in raw.channels.iter().enumerate() {
+            self.name(&format!("{path}.channels[{i}]"), channel);
+        }
+        let svix_uid = raw.svix.as_ref().and_then(|s| s.uid.clone());
+        if let Some(uid) = &svix_uid {
+            self.name(&format!("{path}.svix.uid"), uid);
+        }
 
         if self.problems.len() > before {
             return None;
@@ -96,6 +106,11 @@ impl Validator<'_> {
             tenant: raw.tenant.map(Arc::from),
             description: raw.description,
             retiring: None,
+            channels: raw.channels,
+            disabled: raw.disabled,
+            metadata: raw.metadata,
+            svix_uid,
+            svix_headers: raw.svix.is_some_and(|s| s.headers.unwrap_or(true)),
         })
     }
 

@@ -275,6 +275,16 @@ pub struct EndpointConfig {
     pub description: Option<String>,
     /// A secret being rotated out: it still signs, beside `secrets`, until then (gateway time).
     pub retiring: Option<(Secret, Timestamp)>,
+    /// It receives only events naming one of these (none: every event, see
+    /// [`crate::model::channels_match`]).
+    pub channels: Vec<String>,
+    /// Switched off by its owner: no event fans out to it.
+    pub disabled: bool,
+    pub metadata: BTreeMap<String, String>,
+    /// The Svix API's `uid` of the endpoint.
+    pub svix_uid: Option<String>,
+    /// Sends the `svix-*` headers beside the `webhook-*` ones.
+    pub svix_headers: bool,
 }
 
 /// Where an endpoint was declared: in the config file (read-only through the API) or through
@@ -320,6 +330,11 @@ impl PartialEq for EndpointConfig {
             && self.tenant == other.tenant
             && self.description == other.description
             && self.retiring == other.retiring
+            && self.channels == other.channels
+            && self.disabled == other.disabled
+            && self.metadata == other.metadata
+            && self.svix_uid == other.svix_uid
+            && self.svix_headers == other.svix_headers
     }
 }
 
@@ -328,6 +343,16 @@ impl EndpointConfig {
     /// aside).
     pub fn subscribes_to(&self, topic: &str, event_type: &str) -> bool {
         self.topics.iter().any(|t| t == topic) && self.matches_type(event_type)
+    }
+
+    /// Whether an event fans out to this endpoint (health aside): of one of its topics, of a
+    /// type it takes, of its tenant (or it has none), on its channels, and it is not switched
+    /// off.
+    pub fn receives(&self, topic: &str, event_type: &str, tenant: Option<&str>, channels: &[String]) -> bool {
+        !self.disabled
+            && self.subscribes_to(topic, event_type)
+            && self.accepts_tenant(tenant)
+            && crate::model::channels_match(&self.channels, channels)
     }
 
     /// Whether an event of `tenant` may reach this endpoint: a tenant's endpoint takes only its
@@ -379,7 +404,8 @@ impl EndpointConfig {
 impl Config {
     /// The config a newcomer gets with no file: loopback listener, SQLite under `./data`, and
     /// one topic, `default`, so that the first `curl` is accepted (and visible in
-    /// `GET /v1/topics` and `GET /v1/events/{id}`); no endpoints until a file declares them.
+    /// `GET /v1/topics` and `GET /v1/events/{id}`), beside the built-in `svix`; no endpoints
+    /// until a file declares them.
     pub fn embedded_default() -> Config {
         let raw = RawConfig {
             topics: BTreeMap::from([(
@@ -429,17 +455,18 @@ impl Config {
         self.topics.contains_key(topic)
     }
 
-    /// The endpoints an event of `topic`/`event_type`/`tenant` fans out to, before health is
-    /// considered.
+    /// The endpoints an event of `topic`/`event_type`/`tenant`/`channels` fans out to, before
+    /// health is considered.
     pub fn subscribers<'a>(
         &'a self,
         topic: &'a str,
         event_type: &'a str,
         tenant: Option<&'a str>,
+        channels: &'a [String],
     ) -> impl Iterator<Item = &'a Arc<EndpointConfig>> + 'a {
         self.endpoints
             .values()
-            .filter(move |e| e.subscribes_to(topic, event_type) && e.accepts_tenant(tenant))
+            .filter(move |e| e.receives(topic, event_type, tenant, channels))
     }
 }
 

@@ -284,6 +284,30 @@ pub struct RawEndpoint {
     /// tenant's events, and a tenant's API key or console token sees only its own endpoints.
     /// None: an internal endpoint that receives the events of every tenant.
     pub tenant: Option<String>,
+    /// Channels this endpoint listens to: it then receives only events that name at least one
+    /// of them (Svix's rule). None: every event of its topics, with channels or without.
+    #[serde(default)]
+    pub channels: Vec<String>,
+    /// Switched off by its owner: it receives no events until this is false again (unlike
+    /// `paused` or `disabled` health, which the gateway decides).
+    #[serde(default)]
+    pub disabled: bool,
+    /// The owner's own labels (string values), shown by the API.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    /// Svix compatibility (set on endpoints created through the Svix API).
+    pub svix: Option<RawSvix>,
+}
+
+/// What the Svix API keeps of an endpoint beside the file's keys.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSvix {
+    /// The endpoint's Svix `uid` (unique within its application).
+    pub uid: Option<String>,
+    /// Also send `svix-id`, `svix-timestamp` and `svix-signature` (the same values as the
+    /// `webhook-*` headers), for receivers written for Svix. Default true.
+    pub headers: Option<bool>,
 }
 
 /// Outbound credentials: exactly one of `bearer`, `basic` or `oauth2`.

@@ -103,7 +103,7 @@ fn an_unknown_key_names_file_line_and_path() {
     assert_eq!(
         problems(text),
         vec![
-            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`"
+            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`"
         ]
     );
 }

@@ -45,6 +45,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("assets/views/endpoint.js"),
     ),
     (
+        "views/event_types.js",
+        JS,
+        include_bytes!("assets/views/event_types.js"),
+    ),
+    (
         "views/deliveries.js",
         JS,
         include_bytes!("assets/views/deliveries.js"),

@@ -98,6 +98,7 @@ mod tests {
             received_at: crate::model::Timestamp::from_millis(0),
             tenant: None,
             trace: None,
+            labels: Default::default(),
         })
     }
 

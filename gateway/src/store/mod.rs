@@ -29,7 +29,8 @@ pub use sqlite::{SqliteOptions, SqliteStore};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};
 use crate::model::{
-    Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, EventTrace, Exchange, SpanId, Timestamp, TraceId,
+    Attempt, DeliveryId, DeliveryStatus, ErrorKind, Event, EventLabels, EventTrace, Exchange, SpanId,
+    Timestamp, TraceId,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -387,6 +388,77 @@ impl std::fmt::Debug for ApiEndpointRow {
     }
 }
 
+/// An application of the Svix API: a tenant, with what that API keeps about it. `tenant` is
+/// fixed when it is made (its `uid`, else its `id`), so the tenant's endpoints, events and keys
+/// stay its own when the uid changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApplicationRow {
+    /// `app_<ulid>`.
+    pub id: String,
+    pub uid: Option<String>,
+    pub tenant: String,
+    pub name: String,
+    /// A JSON object of strings.
+    pub metadata: String,
+    pub rate_limit: Option<u32>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// An event type of the catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventTypeRow {
+    pub name: String,
+    pub description: String,
+    pub archived: bool,
+    pub deprecated: bool,
+    /// JSON Schemas by version (`{"1": {...}}`), as JSON text.
+    pub schemas: Option<String>,
+    /// A JSON array of strings.
+    pub feature_flags: Option<String>,
+    pub group_name: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// One page of a tenant's events, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct EventQuery {
+    pub tenant: String,
+    /// Only events older than this one (by its `seq`, the cursor of the previous page).
+    pub before: Option<i64>,
+    /// Only events received in `[since, until)`.
+    pub since: Option<Timestamp>,
+    pub until: Option<Timestamp>,
+    /// Only events of these types (all when empty).
+    pub event_types: Vec<String>,
+    pub limit: u32,
+}
+
+/// One page of attempts, newest first: of one event's deliveries, or of one endpoint's.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptQuery {
+    /// Only attempts of deliveries to this tenant's endpoints.
+    pub tenant: Option<String>,
+    pub event_id: Option<String>,
+    pub endpoint: Option<String>,
+    /// Only attempts older than this one (the cursor of the previous page).
+    pub before: Option<i64>,
+    pub limit: u32,
+}
+
+/// An attempt with its delivery, for lists of attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptListRow {
+    /// The attempt's own number in the store (`atmpt_<n>` in the Svix API).
+    pub id: i64,
+    pub delivery: DeliveryId,
+    pub event_id: String,
+    pub endpoint: String,
+    pub round: u32,
+    pub attempt: Attempt,
+}
+
 /// The gateway's durable state, in the domain's terms.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -475,6 +547,47 @@ pub trait Store: Send + Sync + 'static {
     /// Removes an endpoint created through the API ([`StoreError::NotFound`] when there is none).
     async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()>;
 
+    /// The Svix API's applications ordered by id, after `after` (the cursor).
+    async fn applications(&self, after: Option<String>, limit: u32) -> StoreResult<Vec<ApplicationRow>>;
+
+    /// The application whose id, uid or tenant is `key`.
+    async fn application(&self, key: &str) -> StoreResult<Option<ApplicationRow>>;
+
+    /// Creates an application (`previous` None; [`StoreError::Conflict`] when its id, uid or
+    /// tenant is taken) or replaces the one last changed at `previous`.
+    async fn save_application(&self, row: ApplicationRow, previous: Option<Timestamp>) -> StoreResult<()>;
+
+    /// Removes an application ([`StoreError::NotFound`] when there is none).
+    async fn delete_application(&self, id: &str) -> StoreResult<()>;
+
+    /// The event type catalog ordered by name, after `after` (the cursor).
+    async fn event_types(
+        &self,
+        after: Option<String>,
+        limit: u32,
+        include_archived: bool,
+    ) -> StoreResult<Vec<EventTypeRow>>;
+
+    async fn event_type(&self, name: &str) -> StoreResult<Option<EventTypeRow>>;
+
+    /// Creates an event type (`previous` None; [`StoreError::Conflict`] when the name is
+    /// taken) or replaces the one last changed at `previous`.
+    async fn save_event_type(&self, row: EventTypeRow, previous: Option<Timestamp>) -> StoreResult<()>;
+
+    /// Removes an event type ([`StoreError::NotFound`] when there is none).
+    async fn delete_event_type(&self, name: &str) -> StoreResult<()>;
+
+    /// Keeps the answer of an idempotent request that wrote through another operation (the
+    /// Svix API's creations): written after that write, so a crash between the two lets a
+    /// retry with the key run again. A key already kept is left as it is.
+    async fn save_idempotency(&self, record: IdempotencyRecord) -> StoreResult<()>;
+
+    /// A page of a tenant's events with their `seq` (the cursor), newest first.
+    async fn tenant_events(&self, query: EventQuery) -> StoreResult<Vec<(i64, Event)>>;
+
+    /// A page of attempts, newest first.
+    async fn attempts(&self, query: AttemptQuery) -> StoreResult<Vec<AttemptListRow>>;
+
     /// Removes data older than the retention windows, a bounded batch per call. Nodes sharing
     /// a store purge one at a time: a node that finds another purging removes nothing.
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged>;
@@ -514,6 +627,13 @@ pub(crate) fn api_endpoint_conflict(name: &str, replacing: bool) -> StoreError {
     } else {
         StoreError::Conflict(format!("an endpoint named `{name}` exists"))
     }
+}
+
+/// Why a replacing write changed nothing: the row was changed or deleted since it was read.
+pub(crate) fn changed_meanwhile(what: &str, key: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "{what} `{key}` was changed or deleted meanwhile; read it again and retry"
+    ))
 }
 
 /// An attempt's exchange as both stores keep it: each header list a JSON array of
@@ -630,6 +750,281 @@ pub(crate) mod contract {
         let gone = store.delete_api_endpoint("a").await;
         assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
         assert!(store.api_endpoints().await.unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod svix_contract {
+    //! What every [`Store`] must do for the Svix API and the event type catalog.
+    use super::*;
+
+    fn app(id: &str, uid: Option<&str>, at: i64) -> ApplicationRow {
+        ApplicationRow {
+            id: id.into(),
+            uid: uid.map(str::to_owned),
+            tenant: uid.unwrap_or(id).into(),
+            name: format!("app {id}"),
+            metadata: r#"{"plan":"pro"}"#.into(),
+            rate_limit: Some(20),
+            created_at: Timestamp::from_millis(at),
+            updated_at: Timestamp::from_millis(at),
+        }
+    }
+
+    /// Found by id, uid or tenant; ids, uids and tenants are unique; replaced only from the
+    /// version read; listed by id after a cursor; deleted once.
+    pub(crate) async fn applications(store: &dyn Store) {
+        store
+            .save_application(app("app_b", Some("acme"), 1), None)
+            .await
+            .unwrap();
+        store.save_application(app("app_a", None, 1), None).await.unwrap();
+        for clash in [app("app_b", None, 1), app("app_c", Some("acme"), 1)] {
+            let taken = store.save_application(clash, None).await;
+            assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
+        }
+        for key in ["app_b", "acme"] {
+            assert_eq!(store.application(key).await.unwrap().unwrap().id, "app_b");
+        }
+        assert!(store.application("nope").await.unwrap().is_none());
+
+        let mut renamed = app("app_b", Some("acme-2"), 2);
+        renamed.tenant = "acme".into();
+        renamed.rate_limit = None;
+        store
+            .save_application(renamed.clone(), Some(Timestamp::from_millis(1)))
+            .await
+            .unwrap();
+        let stale = store
+            .save_application(renamed.clone(), Some(Timestamp::from_millis(1)))
+            .await;
+        assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+        let read = store.application("acme-2").await.unwrap().unwrap();
+        assert_eq!(
+            read,
+            ApplicationRow {
+                created_at: Timestamp::from_millis(1),
+                ..renamed
+            }
+        );
+        // The tenant stays what it was made with, and finds it still.
+        assert_eq!(store.application("acme").await.unwrap().unwrap().id, "app_b");
+
+        let ids = |rows: Vec<ApplicationRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.applications(None, 10).await.unwrap()),
+            ["app_a", "app_b"]
+        );
+        assert_eq!(ids(store.applications(None, 1).await.unwrap()), ["app_a"]);
+        assert_eq!(
+            ids(store.applications(Some("app_a".into()), 10).await.unwrap()),
+            ["app_b"]
+        );
+
+        store.delete_application("app_b").await.unwrap();
+        let gone = store.delete_application("app_b").await;
+        assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
+        assert_eq!(ids(store.applications(None, 10).await.unwrap()), ["app_a"]);
+    }
+
+    fn event_type(name: &str, archived: bool, at: i64) -> EventTypeRow {
+        EventTypeRow {
+            name: name.into(),
+            description: format!("{name} happened"),
+            archived,
+            deprecated: false,
+            schemas: Some(r#"{"1":{"type":"object"}}"#.into()),
+            feature_flags: None,
+            group_name: Some("users".into()),
+            created_at: Timestamp::from_millis(at),
+            updated_at: Timestamp::from_millis(at),
+        }
+    }
+
+    /// Created once per name, replaced only from the version read, listed by name (archived
+    /// ones on request), deleted once.
+    pub(crate) async fn event_types(store: &dyn Store) {
+        store
+            .save_event_type(event_type("user.signup", false, 1), None)
+            .await
+            .unwrap();
+        store
+            .save_event_type(event_type("user.deleted", true, 1), None)
+            .await
+            .unwrap();
+        let taken = store
+            .save_event_type(event_type("user.signup", false, 1), None)
+            .await;
+        assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
+
+        let mut changed = event_type("user.signup", false, 2);
+        changed.deprecated = true;
+        changed.schemas = None;
+        store
+            .save_event_type(changed.clone(), Some(Timestamp::from_millis(1)))
+            .await
+            .unwrap();
+        let stale = store
+            .save_event_type(changed.clone(), Some(Timestamp::from_millis(1)))
+            .await;
+        assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+        assert_eq!(
+            store.event_type("user.signup").await.unwrap().unwrap(),
+            EventTypeRow {
+                created_at: Timestamp::from_millis(1),
+                ..changed
+            }
+        );
+
+        let names = |rows: Vec<EventTypeRow>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(store.event_types(None, 10, false).await.unwrap()),
+            ["user.signup"]
+        );
+        assert_eq!(
+            names(store.event_types(None, 10, true).await.unwrap()),
+            ["user.deleted", "user.signup"]
+        );
+        assert_eq!(
+            names(
+                store
+                    .event_types(Some("user.deleted".into()), 10, true)
+                    .await
+                    .unwrap()
+            ),
+            ["user.signup"]
+        );
+
+        store.delete_event_type("user.signup").await.unwrap();
+        let gone = store.delete_event_type("user.signup").await;
+        assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
+        assert!(store.event_type("user.signup").await.unwrap().is_none());
+    }
+
+    fn event(id: &str, tenant: &str, event_type: &str, at: i64) -> IngestItem {
+        IngestItem {
+            event: Arc::new(Event {
+                id: id.into(),
+                topic: "svix".into(),
+                event_type: event_type.into(),
+                content_type: "application/json".into(),
+                payload: Bytes::from_static(b"{}"),
+                ordering_key: None,
+                received_at: Timestamp::from_millis(at),
+                tenant: Some(tenant.into()),
+                trace: None,
+                labels: EventLabels {
+                    channels: vec!["eu".into()],
+                    tags: vec!["t1".into()],
+                    event_id: Some(format!("app-{id}")),
+                },
+            }),
+            endpoints: vec![Target {
+                endpoint: Arc::from(format!("ep-{tenant}")),
+                tenant: Some(Arc::from(tenant)),
+            }],
+        }
+    }
+
+    /// A tenant's events come newest first, paged by their `seq`, filtered by type and time,
+    /// labels intact; attempts come newest first by event, endpoint or tenant.
+    pub(crate) async fn tenant_events_and_attempts(store: &dyn Store) {
+        let batch = IngestBatch {
+            items: vec![
+                event("m1", "acme", "a", 10),
+                event("m2", "acme", "b", 20),
+                event("m3", "globex", "a", 30),
+                event("m4", "acme", "a", 40),
+            ],
+            idempotency: None,
+            now: Timestamp::from_millis(40),
+        };
+        let IngestOutcome::Committed(ready) = store.ingest(batch).await.unwrap() else {
+            panic!("a fresh batch is committed")
+        };
+        let page = |before: Option<i64>, types: &[&str], since: Option<i64>| EventQuery {
+            tenant: "acme".into(),
+            before,
+            since: since.map(Timestamp::from_millis),
+            until: None,
+            event_types: types.iter().map(|t| t.to_string()).collect(),
+            limit: 2,
+        };
+        let first = store.tenant_events(page(None, &[], None)).await.unwrap();
+        let ids = |rows: &[(i64, Event)]| rows.iter().map(|(_, e)| e.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&first), ["m4", "m2"]);
+        assert_eq!(first[0].1.labels.event_id.as_deref(), Some("app-m4"));
+        assert_eq!(first[0].1.labels.channels, ["eu"]);
+        let second = store
+            .tenant_events(page(Some(first[1].0), &[], None))
+            .await
+            .unwrap();
+        assert_eq!(ids(&second), ["m1"]);
+        assert_eq!(
+            ids(&store.tenant_events(page(None, &["a"], None)).await.unwrap()),
+            ["m4", "m1"]
+        );
+        assert_eq!(
+            ids(&store.tenant_events(page(None, &[], Some(15))).await.unwrap()),
+            ["m4", "m2"]
+        );
+
+        let mut changes = Vec::new();
+        for (n, delivery) in ready.iter().enumerate() {
+            changes.push(StateChange::Attempt(AttemptWrite {
+                delivery: delivery.id,
+                round: 1,
+                attempt: Attempt {
+                    n: 1,
+                    started_at: Timestamp::from_millis(50 + n as i64),
+                    duration_ms: 3,
+                    status_code: Some(500 + n as u16),
+                    error_kind: Some(ErrorKind::HttpStatus),
+                    error: None,
+                    exchange: Exchange {
+                        response_body: Some(format!("body {n}")),
+                        ..Exchange::default()
+                    },
+                    trace_id: None,
+                },
+                plugin_note: None,
+                status: DeliveryStatus::Failed,
+                next_attempt_at: None,
+                last_error: Some("HTTP 500".into()),
+            }));
+        }
+        store.apply(changes.into()).await.unwrap();
+        let all =
+            |q: AttemptQuery| async move { store.attempts(AttemptQuery { limit: 10, ..q }).await.unwrap() };
+        let of_acme = all(AttemptQuery {
+            tenant: Some("acme".into()),
+            ..AttemptQuery::default()
+        })
+        .await;
+        let events: Vec<&str> = of_acme.iter().map(|a| a.event_id.as_str()).collect();
+        assert_eq!(events, ["m4", "m2", "m1"]);
+        assert_eq!(of_acme[0].attempt.status_code, Some(503));
+        assert_eq!(
+            of_acme[0].attempt.exchange.response_body.as_deref(),
+            Some("body 3")
+        );
+        assert_eq!(of_acme[0].endpoint, "ep-acme");
+        let of_m2 = all(AttemptQuery {
+            event_id: Some("m2".into()),
+            ..AttemptQuery::default()
+        })
+        .await;
+        assert_eq!(of_m2.len(), 1);
+        let older = all(AttemptQuery {
+            endpoint: Some("ep-acme".into()),
+            before: Some(of_acme[0].id),
+            ..AttemptQuery::default()
+        })
+        .await;
+        assert_eq!(
+            older.iter().map(|a| a.event_id.as_str()).collect::<Vec<_>>(),
+            ["m2", "m1"]
+        );
     }
 }
 

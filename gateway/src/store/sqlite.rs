@@ -233,7 +233,7 @@ fn parse_col<T: std::str::FromStr>(row: &Row<'_>, idx: usize) -> rusqlite::Resul
 }
 
 const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
-     e.tenant, e.trace_id, e.trace_span_id";
+     e.tenant, e.trace_id, e.trace_span_id, e.labels";
 
 /// `?1` as a delivery id in a join. SQLite re-prepares a join whose `WHERE` compares a column
 /// with a bare parameter each time the statement runs (it propagates the bound value into the
@@ -265,6 +265,7 @@ fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
             span_id: row.get(first + 9)?,
         }
         .into_trace(),
+        labels: EventLabels::from_column(row.get::<_, Option<String>>(first + 10)?.as_deref()),
     })
 }
 
@@ -289,13 +290,84 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRow> {
     })
 }
 
+/// The attempt columns `n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+/// request_headers, response_headers, response_body, trace_id` from `first` on.
+fn attempt_from_row(r: &Row<'_>, first: usize) -> rusqlite::Result<Attempt> {
+    Ok(Attempt {
+        n: r.get(first)?,
+        started_at: ts(r, first + 1)?,
+        duration_ms: r.get::<_, i64>(first + 2)?.max(0) as u64,
+        status_code: r.get(first + 3)?,
+        error_kind: r
+            .get::<_, Option<String>>(first + 4)?
+            .map(|k| k.parse::<ErrorKind>())
+            .transpose()
+            .map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(first + 4, rusqlite::types::Type::Text, e.into())
+            })?,
+        error: r.get(first + 5)?,
+        exchange: ExchangeColumns {
+            request_headers: r.get(first + 7)?,
+            response_headers: r.get(first + 8)?,
+            response_body: r.get(first + 9)?,
+        }
+        .into_exchange(),
+        trace_id: parse_trace_id(r.get::<_, Option<String>>(first + 10)?.as_deref()),
+    })
+}
+
+fn millis(t: Option<Timestamp>) -> Option<i64> {
+    t.map(Timestamp::as_millis)
+}
+
+const APPLICATION_COLUMNS: &str = "id, uid, tenant, name, metadata, rate_limit, created_at, updated_at";
+
+fn application_from_row(r: &Row<'_>) -> rusqlite::Result<ApplicationRow> {
+    Ok(ApplicationRow {
+        id: r.get(0)?,
+        uid: r.get(1)?,
+        tenant: r.get(2)?,
+        name: r.get(3)?,
+        metadata: r.get(4)?,
+        rate_limit: r.get(5)?,
+        created_at: ts(r, 6)?,
+        updated_at: ts(r, 7)?,
+    })
+}
+
+const EVENT_TYPE_COLUMNS: &str =
+    "name, description, archived, deprecated, schemas, feature_flags, group_name, created_at, updated_at";
+
+fn event_type_from_row(r: &Row<'_>) -> rusqlite::Result<EventTypeRow> {
+    Ok(EventTypeRow {
+        name: r.get(0)?,
+        description: r.get(1)?,
+        archived: r.get(2)?,
+        deprecated: r.get(3)?,
+        schemas: r.get(4)?,
+        feature_flags: r.get(5)?,
+        group_name: r.get(6)?,
+        created_at: ts(r, 7)?,
+        updated_at: ts(r, 8)?,
+    })
+}
+
+/// A unique column taken: the write changed nothing.
+fn taken(e: rusqlite::Error, what: &str) -> StoreError {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) {
+        StoreError::Conflict(format!("{what} exists"))
+    } else {
+        e.into()
+    }
+}
+
 fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
     let trace = TraceColumns::of(event.trace);
     let inserted = conn
         .prepare_cached(
             "INSERT INTO events (id, topic, event_type, content_type, payload, ordering_key, received_at, tenant,
-                 trace_id, trace_span_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (topic, id) DO NOTHING",
+                 trace_id, trace_span_id, labels)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (topic, id) DO NOTHING",
         )?
         .execute(params![
             event.id,
@@ -308,6 +380,7 @@ fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
             event.tenant,
             trace.trace_id,
             trace.span_id,
+            event.labels.to_column(),
         ])?;
     if inserted == 0 {
         return Err(StoreError::DuplicateEvent {
@@ -803,31 +876,7 @@ impl Store for SqliteStore {
                 .query_map(params![id.0], |r| {
                     Ok(AttemptRow {
                         round: r.get(0)?,
-                        attempt: Attempt {
-                            n: r.get(1)?,
-                            started_at: ts(r, 2)?,
-                            duration_ms: r.get::<_, i64>(3)?.max(0) as u64,
-                            status_code: r.get(4)?,
-                            error_kind: r
-                                .get::<_, Option<String>>(5)?
-                                .map(|k| k.parse::<ErrorKind>())
-                                .transpose()
-                                .map_err(|e| {
-                                    rusqlite::Error::FromSqlConversionFailure(
-                                        5,
-                                        rusqlite::types::Type::Text,
-                                        e.into(),
-                                    )
-                                })?,
-                            error: r.get(6)?,
-                            exchange: ExchangeColumns {
-                                request_headers: r.get(8)?,
-                                response_headers: r.get(9)?,
-                                response_body: r.get(10)?,
-                            }
-                            .into_exchange(),
-                            trace_id: parse_trace_id(r.get::<_, Option<String>>(11)?.as_deref()),
-                        },
+                        attempt: attempt_from_row(r, 1)?,
                         plugin_note: r.get(7)?,
                     })
                 })?
@@ -1033,6 +1082,270 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn applications(&self, after: Option<String>, limit: u32) -> StoreResult<Vec<ApplicationRow>> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {APPLICATION_COLUMNS} FROM applications WHERE ?1 IS NULL OR id > ?1 ORDER BY id LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![after, limit], application_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn application(&self, key: &str) -> StoreResult<Option<ApplicationRow>> {
+        let key = key.to_owned();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT {APPLICATION_COLUMNS} FROM applications WHERE id = ?1 OR uid = ?1 OR tenant = ?1
+                     ORDER BY id = ?1 DESC, uid = ?1 DESC LIMIT 1"
+                ))?
+                .query_row(params![key], application_from_row)
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn save_application(&self, row: ApplicationRow, previous: Option<Timestamp>) -> StoreResult<()> {
+        self.write(Urgency::Wait, move |conn| {
+            let what = format!("an application with id `{}`, uid or tenant", row.id);
+            let changed = if let Some(previous) = previous {
+                conn.prepare_cached(
+                    "UPDATE applications SET uid = ?2, name = ?3, metadata = ?4, rate_limit = ?5, updated_at = ?6
+                     WHERE id = ?1 AND updated_at = ?7",
+                )?
+                .execute(params![
+                    row.id,
+                    row.uid,
+                    row.name,
+                    row.metadata,
+                    row.rate_limit,
+                    row.updated_at.as_millis(),
+                    previous.as_millis()
+                ])
+                .map_err(|e| taken(e, &what))?
+            } else {
+                conn.prepare_cached(&format!(
+                    "INSERT INTO applications ({APPLICATION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ))?
+                .execute(params![
+                    row.id,
+                    row.uid,
+                    row.tenant,
+                    row.name,
+                    row.metadata,
+                    row.rate_limit,
+                    row.created_at.as_millis(),
+                    row.updated_at.as_millis()
+                ])
+                .map_err(|e| taken(e, &what))?
+            };
+            if changed == 0 {
+                return Err(changed_meanwhile("application", &row.id));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_application(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.write(Urgency::Wait, move |conn| {
+            let removed = conn
+                .prepare_cached("DELETE FROM applications WHERE id = ?1")?
+                .execute(params![id])?;
+            if removed == 0 {
+                return Err(StoreError::NotFound(format!("application `{id}`")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn event_types(
+        &self,
+        after: Option<String>,
+        limit: u32,
+        include_archived: bool,
+    ) -> StoreResult<Vec<EventTypeRow>> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {EVENT_TYPE_COLUMNS} FROM event_types
+                 WHERE (?1 IS NULL OR name > ?1) AND (?3 OR NOT archived) ORDER BY name LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![after, limit, include_archived], event_type_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn event_type(&self, name: &str) -> StoreResult<Option<EventTypeRow>> {
+        let name = name.to_owned();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT {EVENT_TYPE_COLUMNS} FROM event_types WHERE name = ?1"
+                ))?
+                .query_row(params![name], event_type_from_row)
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn save_event_type(&self, row: EventTypeRow, previous: Option<Timestamp>) -> StoreResult<()> {
+        self.write(Urgency::Wait, move |conn| {
+            let changed = if let Some(previous) = previous {
+                conn.prepare_cached(
+                    "UPDATE event_types SET description = ?2, archived = ?3, deprecated = ?4, schemas = ?5,
+                            feature_flags = ?6, group_name = ?7, updated_at = ?8
+                     WHERE name = ?1 AND updated_at = ?9",
+                )?
+                .execute(params![
+                    row.name,
+                    row.description,
+                    row.archived,
+                    row.deprecated,
+                    row.schemas,
+                    row.feature_flags,
+                    row.group_name,
+                    row.updated_at.as_millis(),
+                    previous.as_millis()
+                ])?
+            } else {
+                conn.prepare_cached(&format!(
+                    "INSERT INTO event_types ({EVENT_TYPE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                     ON CONFLICT (name) DO NOTHING"
+                ))?
+                .execute(params![
+                    row.name,
+                    row.description,
+                    row.archived,
+                    row.deprecated,
+                    row.schemas,
+                    row.feature_flags,
+                    row.group_name,
+                    row.created_at.as_millis(),
+                    row.updated_at.as_millis()
+                ])?
+            };
+            if changed == 0 {
+                return Err(match previous {
+                    Some(_) => changed_meanwhile("event type", &row.name),
+                    None => StoreError::Conflict(format!("an event type named `{}` exists", row.name)),
+                });
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
+        let name = name.to_owned();
+        self.write(Urgency::Wait, move |conn| {
+            let removed = conn
+                .prepare_cached("DELETE FROM event_types WHERE name = ?1")?
+                .execute(params![name])?;
+            if removed == 0 {
+                return Err(StoreError::NotFound(format!("event type `{name}`")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn save_idempotency(&self, record: IdempotencyRecord) -> StoreResult<()> {
+        self.write(Urgency::Wait, move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO idempotency (scope, key, request_hash, status, response, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (scope, key) DO NOTHING",
+            )?
+            .execute(params![
+                record.scope,
+                record.key,
+                record.request_hash,
+                record.status,
+                &record.response[..],
+                record.created_at.as_millis(),
+            ])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn tenant_events(&self, query: EventQuery) -> StoreResult<Vec<(i64, Event)>> {
+        self.read(move |conn| {
+            let types =
+                serde_json::to_string(&query.event_types).map_err(|e| StoreError::Internal(e.to_string()))?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT e.seq, {EVENT_COLUMNS} FROM events e
+                 WHERE e.tenant = ?1 AND (?2 IS NULL OR e.seq < ?2)
+                   AND (?3 IS NULL OR e.received_at >= ?3) AND (?4 IS NULL OR e.received_at < ?4)
+                   AND (?5 = '[]' OR e.event_type IN (SELECT value FROM json_each(?5)))
+                 ORDER BY e.seq DESC LIMIT ?6"
+            ))?;
+            let rows = stmt.query_map(
+                params![
+                    query.tenant,
+                    query.before,
+                    millis(query.since),
+                    millis(query.until),
+                    types,
+                    query.limit
+                ],
+                |r| Ok((r.get(0)?, event_from_row(r, 1)?)),
+            )?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn attempts(&self, query: AttemptQuery) -> StoreResult<Vec<AttemptListRow>> {
+        self.read(move |conn| {
+            // Only the filters given, so that the planner can start from the one event's
+            // deliveries (events_by_id) instead of walking every attempt; `+` keeps it from
+            // starting from all of the tenant's deliveries instead.
+            let mut conditions = Vec::new();
+            let mut values: Vec<rusqlite::types::Value> = Vec::new();
+            for (column, value) in [
+                ("+d.tenant = ?", query.tenant.map(Into::into)),
+                ("e.id = ?", query.event_id.map(Into::into)),
+                ("d.endpoint = ?", query.endpoint.map(Into::into)),
+                ("a.id < ?", query.before.map(Into::into)),
+            ] {
+                if let Some(value) = value {
+                    conditions.push(column);
+                    values.push(value);
+                }
+            }
+            values.push(i64::from(query.limit).into());
+            let filter = if conditions.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", conditions.join(" AND "))
+            };
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT a.id, d.id, e.id, d.endpoint, a.round, a.n, a.started_at, a.duration_ms, a.status_code,
+                        a.error_kind, a.error, a.plugin_note, a.request_headers, a.response_headers,
+                        a.response_body, a.trace_id
+                 FROM attempts a JOIN deliveries d ON d.id = a.delivery_id JOIN events e ON e.seq = d.event_seq
+                 {filter} ORDER BY a.id DESC LIMIT ?"
+            ))?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(values), |r| {
+                Ok(AttemptListRow {
+                    id: r.get(0)?,
+                    delivery: DeliveryId(r.get(1)?),
+                    event_id: r.get(2)?,
+                    endpoint: r.get(3)?,
+                    round: r.get(4)?,
+                    attempt: attempt_from_row(r, 5)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {
         self.write(Urgency::Wait, move |conn| {
             let mut purged = Purged::default();
@@ -1113,6 +1426,7 @@ mod tests {
                     received_at: NOW,
                     tenant: None,
                     trace: None,
+                    labels: EventLabels::default(),
                 }),
                 endpoints: vec![Target::untenanted("e")],
             }],
@@ -1241,6 +1555,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
         crate::store::contract::api_endpoint_writes(&store).await;
+    }
+
+    #[tokio::test]
+    async fn the_svix_api_s_rows_are_kept_as_the_contract_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
+        crate::store::svix_contract::applications(&store).await;
+        crate::store::svix_contract::event_types(&store).await;
+        crate::store::svix_contract::tenant_events_and_attempts(&store).await;
     }
 
     /// A due delivery's read keeps its plan: run with new ids it is neither re-prepared (see

@@ -34,12 +34,31 @@ impl RealGateway {
 
     /// Like [`RealGateway::start`], with more `server:` settings (indented lines).
     pub async fn start_with_server(dir: &Path, server: &str, yaml: &str, args: &[&str]) -> RealGateway {
+        Self::start_configured(dir, server, "", yaml, args).await
+    }
+
+    /// Like [`RealGateway::start_with_server`], on the suite's store: the test directory's own
+    /// PostgreSQL schema when `tests/postgres.rs` runs the suite, else SQLite.
+    pub async fn start_on_suite_store(dir: &Path, server: &str, yaml: &str, args: &[&str]) -> RealGateway {
+        let storage = crate::support::postgres_url_for(dir).map_or(String::new(), |url| {
+            format!("  url: {url}\n  max_connections: 3\n")
+        });
+        Self::start_configured(dir, server, &storage, yaml, args).await
+    }
+
+    async fn start_configured(
+        dir: &Path,
+        server: &str,
+        storage: &str,
+        yaml: &str,
+        args: &[&str],
+    ) -> RealGateway {
         let port = free_port();
         let config = dir.join("hookgate.yaml");
         std::fs::write(
             &config,
             format!(
-                "server:\n  listen: 127.0.0.1:{port}\n{server}storage:\n  path: {dir}/db/hookgate.db\nplugins:\n  dir: {dir}/plugins\n{yaml}",
+                "server:\n  listen: 127.0.0.1:{port}\n{server}storage:\n  path: {dir}/db/hookgate.db\n{storage}plugins:\n  dir: {dir}/plugins\n{yaml}",
                 dir = dir.display()
             ),
         )

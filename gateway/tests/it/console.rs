@@ -281,3 +281,77 @@ async fn a_console_link_shows_one_tenant_and_is_refused_once_expired() {
     browser.screenshot("expired").await;
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_type_catalog_is_read_by_tenants_and_kept_by_admins() {
+    let Some(browser) = browser().await else { return };
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{ADMIN}, {{key: acme-key-0123456789, tenant: acme}}]\n"
+    ))
+    .await;
+    let (status, _) = gw
+        .call_as(
+            Some(ADMIN),
+            reqwest::Method::POST,
+            "/v1/event-types",
+            Some(json!({"name": "invoice.paid", "description": "An invoice was paid"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    sign_in(&browser, &gw, ADMIN).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    browser.click("a[href='#/event-types']").await;
+    browser.wait_for_text("An invoice was paid").await;
+    // Add a type with a schema: the page shows it, and the API then refuses a bad payload.
+    browser.fill("#et-name", "user.signup").await;
+    browser.fill("#et-description", "A user signed up").await;
+    browser
+        .fill("#et-schema", r#"{"type": "object", "required": ["email"]}"#)
+        .await;
+    browser.click("#create-event-type").await;
+    browser.wait_for_text("A user signed up").await;
+    browser
+        .click("tr:has([data-event-type='user.signup']) summary")
+        .await;
+    browser.wait_for_text("\"required\"").await;
+    let page = browser.page_text().await;
+    assert!(page.contains("version 1"), "{page}");
+    for bad in ["undefined", "[object Object]", "NaN"] {
+        assert!(!page.contains(bad), "the page shows {bad}: {page}");
+    }
+    browser.screenshot("event-types").await;
+    let (status, refused) = gw
+        .post(
+            "/v1/topics/svix/events",
+            json!({"type": "user.signup", "payload": {"name": "no email"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    // Archive: hidden from the list until asked for.
+    browser.click("[data-archive='invoice.paid']").await;
+    browser.wait_for_text("Show archived").await;
+    wait_gone(&browser, "An invoice was paid").await;
+    browser.click("#toggle-archived").await;
+    browser.wait_for_text("An invoice was paid").await;
+    assert!(browser.page_text().await.contains("archived"));
+
+    // A tenant reads the catalog and cannot change it.
+    browser.click("button[type=button]").await;
+    sign_in(&browser, &gw, "acme-key-0123456789").await;
+    browser.wait_for_text("Tenant acme").await;
+    browser.goto(&format!("{}/console/#/event-types", gw.base)).await;
+    browser.wait_for_text("A user signed up").await;
+    assert!(!browser.has("#create-event-type").await);
+    assert!(!browser.has("[data-archive]").await);
+    browser.close().await;
+}
+
+/// Waits until `text` is no longer on the page.
+async fn wait_gone(browser: &Browser, text: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while browser.page_text().await.contains(text) {
+        assert!(std::time::Instant::now() < deadline, "`{text}` stays on the page");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

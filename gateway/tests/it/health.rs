@@ -457,6 +457,7 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
                     received_at: gw.now(),
                     tenant: None,
                     trace: None,
+                    labels: Default::default(),
                 }),
                 endpoints: vec![Target::untenanted("e")],
             }],

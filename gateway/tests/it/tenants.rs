@@ -74,6 +74,9 @@ async fn a_tenants_event_reaches_its_endpoints_and_the_internal_ones_only() {
 struct Theirs {
     event: String,
     delivery: String,
+    /// Its Svix application's id, and an attempt of its delivery.
+    app: String,
+    attempt: String,
 }
 
 fn fill(path: &str, theirs: &Theirs) -> String {
@@ -84,8 +87,15 @@ fn fill(path: &str, theirs: &Theirs) -> String {
     .replace("/v1/events/{id}", &format!("/v1/events/{}", theirs.event))
     .replace("/v1/endpoints/{name}", "/v1/endpoints/globex-hooks")
     .replace("/v1/policies/{name}", "/v1/policies/standard")
+    .replace("/v1/event-types/{name}", "/v1/event-types/x")
     .replace("{topic}", "t")
     .replace("{tenant}", "globex")
+    // The Svix API: globex's application, endpoint, message and attempt.
+    .replace("{app_id}", &theirs.app)
+    .replace("{endpoint_id}", "globex-hooks")
+    .replace("{msg_id}", &theirs.event)
+    .replace("{attempt_id}", &theirs.attempt)
+    .replace("{event_type_name}", "x")
 }
 
 /// A body that asks for globex where a route takes one.
@@ -126,11 +136,48 @@ async fn a_tenant_key_sees_and_changes_nothing_of_another_tenant_on_any_route() 
         )
         .await;
     let delivery = listed["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    // globex as a Svix application (its uid is the tenant), and its catalog entry.
+    let (status, app) = gw
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/api/v1/app",
+            Some(json!({"name": "Globex", "uid": "globex"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{app}");
+    let app = app["id"].as_str().unwrap().to_owned();
+    let (_, attempts) = gw
+        .call_as(
+            Some(ADMIN),
+            Method::GET,
+            &format!("/api/v1/app/{app}/attempt/msg/{event}"),
+            None,
+        )
+        .await;
+    let attempt = attempts["data"][0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = gw
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/v1/event-types",
+            Some(json!({"name": "x", "description": "the walk's type"})),
+        )
+        .await;
+    assert_eq!(status, 201);
     let theirs = Theirs {
         event: event.clone(),
         delivery: delivery.clone(),
+        app: app.clone(),
+        attempt: attempt.clone(),
     };
-    let globex_marks = ["globex", event.as_str(), delivery.as_str()];
+    let globex_marks = [
+        "globex",
+        event.as_str(),
+        delivery.as_str(),
+        app.as_str(),
+        attempt.as_str(),
+    ];
 
     let (_, doc) = gw.call_as(None, Method::GET, "/openapi.json", None).await;
     let mut walked = 0;
@@ -149,8 +196,11 @@ async fn a_tenant_key_sees_and_changes_nothing_of_another_tenant_on_any_route() 
                     assert!(!text.contains(mark), "{method} {url} showed `{mark}`: {text}");
                 }
             }
-            let shared = ["/healthz", "/metrics", "/openapi.json"].contains(&path.as_str())
-                || path.starts_with("/v1/policies");
+            // The event type catalog is every tenant's to read (and an admin's to change).
+            let shared = ["/healthz", "/metrics", "/openapi.json", "/api/v1/health"].contains(&path.as_str())
+                || path.starts_with("/v1/policies")
+                || path.starts_with("/v1/event-types")
+                || path.starts_with("/api/v1/event-type");
             if !shared && path.contains('{') {
                 assert!(
                     [403, 404].contains(&status),
@@ -164,7 +214,7 @@ async fn a_tenant_key_sees_and_changes_nothing_of_another_tenant_on_any_route() 
             }
         }
     }
-    assert!(walked >= 20, "the walk covered only {walked} routes");
+    assert!(walked >= 60, "the walk covered only {walked} routes");
 
     // Nothing of globex changed: its endpoint, its one delivery, its one event.
     let (status, ep) = gw
@@ -178,6 +228,10 @@ async fn a_tenant_key_sees_and_changes_nothing_of_another_tenant_on_any_route() 
     assert_eq!(mine["deliveries"].as_array().unwrap().len(), 1, "{mine}");
     assert_eq!(mine["deliveries"][0]["attempt_count"], 1, "not redelivered");
     assert_eq!(globex.count(), 1);
+    let (status, _) = gw
+        .call_as(Some(ADMIN), Method::GET, &format!("/api/v1/app/{app}"), None)
+        .await;
+    assert_eq!(status, 200, "globex's application is still there");
 
     // And acme sees its own.
     let (_, mine) = gw.call_as(Some(ACME), Method::GET, "/v1/endpoints", None).await;

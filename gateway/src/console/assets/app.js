@@ -8,6 +8,7 @@ import { endpointsView, endpointFormView } from './views/endpoints.js';
 import { endpointView } from './views/endpoint.js';
 import { deliveriesView, deliveryView } from './views/deliveries.js';
 import { policiesView, pluginsView } from './views/catalog.js';
+import { eventTypesView } from './views/event_types.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -20,6 +21,7 @@ const SECTIONS = [
   ['overview', 'Overview'],
   ['endpoints', 'Endpoints'],
   ['deliveries', 'Deliveries'],
+  ['event-types', 'Event types'],
   ['policies', 'Policies'],
   ['plugins', 'Plugins', true],
 ];
@@ -32,6 +34,7 @@ const ROUTES = [
   [/^endpoints\/([^/]+)$/, () => endpointView],
   [/^deliveries$/, () => deliveriesView],
   [/^deliveries\/([^/]+)$/, () => deliveryView],
+  [/^event-types$/, () => eventTypesView],
   [/^policies$/, () => policiesView],
   [/^plugins$/, () => pluginsView],
 ];

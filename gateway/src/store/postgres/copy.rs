@@ -34,6 +34,7 @@ const TABLES: &[Table] = &[
             "tenant",
             "trace_id",
             "trace_span_id",
+            "labels",
         ],
         serial: Some("seq"),
     },
@@ -105,6 +106,35 @@ const TABLES: &[Table] = &[
             "spec",
             "retiring_secret",
             "retiring_until",
+            "created_at",
+            "updated_at",
+        ],
+        serial: None,
+    },
+    Table {
+        name: "applications",
+        columns: &[
+            "id",
+            "uid",
+            "tenant",
+            "name",
+            "metadata",
+            "rate_limit",
+            "created_at",
+            "updated_at",
+        ],
+        serial: None,
+    },
+    Table {
+        name: "event_types",
+        columns: &[
+            "name",
+            "description",
+            "archived",
+            "deprecated",
+            "schemas",
+            "feature_flags",
+            "group_name",
             "created_at",
             "updated_at",
         ],
@@ -245,7 +275,8 @@ async fn insert_chunk(
     Ok(n)
 }
 
-/// A SQLite value as the PostgreSQL column `ty` wants it (BIGINT, TEXT or BYTEA), NULL included.
+/// A SQLite value as the PostgreSQL column `ty` wants it (BIGINT, TEXT, BYTEA or BOOLEAN),
+/// NULL included.
 fn to_postgres(value: &Sql, ty: &Type) -> StoreResult<Box<dyn ToSql + Sync + Send>> {
     let mismatch = || StoreError::Internal(format!("cannot copy {value:?} into a {ty} column"));
     Ok(match *ty {
@@ -263,6 +294,11 @@ fn to_postgres(value: &Sql, ty: &Type) -> StoreResult<Box<dyn ToSql + Sync + Sen
             Sql::Null => None,
             Sql::Blob(b) => Some(b.clone()),
             Sql::Text(t) => Some(t.clone().into_bytes()),
+            _ => return Err(mismatch()),
+        }),
+        Type::BOOL => Box::new(match value {
+            Sql::Null => None,
+            Sql::Integer(i) => Some(*i != 0),
             _ => return Err(mismatch()),
         }),
         _ => return Err(mismatch()),

@@ -219,9 +219,9 @@ fn millis(t: Option<Timestamp>) -> Option<i64> {
 }
 
 pub(super) const EVENT_COLUMNS: &str = "e.id, e.topic, e.event_type, e.content_type, e.payload, e.ordering_key, e.received_at, \
-     e.tenant, e.trace_id, e.trace_span_id";
+     e.tenant, e.trace_id, e.trace_span_id, e.labels";
 /// How many columns [`EVENT_COLUMNS`] names: a column selected after them has this index.
-const EVENT_COLUMN_COUNT: usize = 10;
+const EVENT_COLUMN_COUNT: usize = 11;
 
 pub(super) fn event_from_row(row: &Row, first: usize) -> Event {
     Event {
@@ -238,6 +238,7 @@ pub(super) fn event_from_row(row: &Row, first: usize) -> Event {
             span_id: row.get(first + 9),
         }
         .into_trace(),
+        labels: EventLabels::from_column(row.get::<_, Option<&str>>(first + 10)),
     }
 }
 
@@ -301,6 +302,75 @@ fn pending_from_rows(rows: &[Row]) -> Vec<PendingDelivery> {
             }
         })
         .collect()
+}
+
+/// The attempt columns `n, started_at, duration_ms, status_code, error_kind, error, plugin_note,
+/// request_headers, response_headers, response_body, trace_id` from `first` on.
+fn attempt_from_row(r: &Row, first: usize) -> StoreResult<Attempt> {
+    let error_kind = r
+        .get::<_, Option<&str>>(first + 4)
+        .map(str::parse::<ErrorKind>)
+        .transpose()
+        .map_err(|e| StoreError::Internal(format!("bad error kind in the database: {e}")))?;
+    Ok(Attempt {
+        n: u(r.get(first)),
+        started_at: ts(r, first + 1),
+        duration_ms: r.get::<_, i64>(first + 2).max(0) as u64,
+        status_code: r
+            .get::<_, Option<i64>>(first + 3)
+            .and_then(|c| u16::try_from(c).ok()),
+        error_kind,
+        error: r.get(first + 5),
+        exchange: ExchangeColumns {
+            request_headers: r.get(first + 7),
+            response_headers: r.get(first + 8),
+            response_body: r.get(first + 9),
+        }
+        .into_exchange(),
+        trace_id: parse_trace_id(r.get::<_, Option<&str>>(first + 10)),
+    })
+}
+
+const APPLICATION_COLUMNS: &str = "id, uid, tenant, name, metadata, rate_limit, created_at, updated_at";
+
+fn application_from_row(r: &Row) -> ApplicationRow {
+    ApplicationRow {
+        id: r.get(0),
+        uid: r.get(1),
+        tenant: r.get(2),
+        name: r.get(3),
+        metadata: r.get(4),
+        rate_limit: r.get::<_, Option<i64>>(5).and_then(|n| u32::try_from(n).ok()),
+        created_at: ts(r, 6),
+        updated_at: ts(r, 7),
+    }
+}
+
+const EVENT_TYPE_COLUMNS: &str =
+    "name, description, archived, deprecated, schemas, feature_flags, group_name, created_at, updated_at";
+
+fn event_type_from_row(r: &Row) -> EventTypeRow {
+    EventTypeRow {
+        name: r.get(0),
+        description: r.get(1),
+        archived: r.get(2),
+        deprecated: r.get(3),
+        schemas: r.get(4),
+        feature_flags: r.get(5),
+        group_name: r.get(6),
+        created_at: ts(r, 7),
+        updated_at: ts(r, 8),
+    }
+}
+
+/// A unique column taken: the write changed nothing.
+fn taken(e: StoreError, what: &str) -> StoreError {
+    match e {
+        StoreError::Internal(message) if message.contains("duplicate key") => {
+            StoreError::Conflict(format!("{what} exists"))
+        }
+        other => other,
+    }
 }
 
 async fn query<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<Vec<Row>> {
@@ -455,9 +525,9 @@ async fn insert_events<C: GenericClient>(c: &C, items: &[&IngestItem], seqs: &[i
     let inserted = query(
         c,
         "INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at, tenant,
-             trace_id, trace_span_id)
+             trace_id, trace_span_id, labels)
          SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[],
-                              $8::bigint[], $9::text[], $10::text[], $11::text[])
+                              $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[])
          ON CONFLICT (topic, id) DO NOTHING RETURNING seq",
         &[
             &seqs,
@@ -471,6 +541,7 @@ async fn insert_events<C: GenericClient>(c: &C, items: &[&IngestItem], seqs: &[i
             &events.iter().map(|e| e.tenant.as_deref()).collect::<Vec<_>>(),
             &traces.iter().map(|t| t.trace_id.as_deref()).collect::<Vec<_>>(),
             &traces.iter().map(|t| t.span_id.as_deref()).collect::<Vec<_>>(),
+            &events.iter().map(|e| e.labels.to_column()).collect::<Vec<_>>(),
         ],
     )
     .await?;
@@ -1030,28 +1101,9 @@ impl Store for PgStore {
         let attempts = attempts
             .iter()
             .map(|r| {
-                let error_kind = r
-                    .get::<_, Option<&str>>(5)
-                    .map(str::parse::<ErrorKind>)
-                    .transpose()
-                    .map_err(|e| StoreError::Internal(format!("bad error kind in the database: {e}")))?;
                 Ok(AttemptRow {
                     round: u(r.get(0)),
-                    attempt: Attempt {
-                        n: u(r.get(1)),
-                        started_at: ts(r, 2),
-                        duration_ms: r.get::<_, i64>(3).max(0) as u64,
-                        status_code: r.get::<_, Option<i64>>(4).and_then(|c| u16::try_from(c).ok()),
-                        error_kind,
-                        error: r.get(6),
-                        exchange: ExchangeColumns {
-                            request_headers: r.get(8),
-                            response_headers: r.get(9),
-                            response_body: r.get(10),
-                        }
-                        .into_exchange(),
-                        trace_id: parse_trace_id(r.get::<_, Option<&str>>(11)),
-                    },
+                    attempt: attempt_from_row(r, 1)?,
                     plugin_note: r.get(7),
                 })
             })
@@ -1234,6 +1286,258 @@ impl Store for PgStore {
         }
         self.notify_endpoints(&tx).await?;
         self.commit(tx).await
+    }
+
+    async fn applications(&self, after: Option<String>, limit: u32) -> StoreResult<Vec<ApplicationRow>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {APPLICATION_COLUMNS} FROM applications WHERE $1::TEXT IS NULL OR id > $1 ORDER BY id LIMIT $2"
+            ),
+            &[&after, &i64::from(limit)],
+        )
+        .await?;
+        Ok(rows.iter().map(application_from_row).collect())
+    }
+
+    async fn application(&self, key: &str) -> StoreResult<Option<ApplicationRow>> {
+        let conn = self.conn().await?;
+        let row = query_opt(
+            &conn,
+            &format!(
+                "SELECT {APPLICATION_COLUMNS} FROM applications WHERE id = $1 OR uid = $1 OR tenant = $1
+                 ORDER BY id = $1 DESC, uid = $1 DESC NULLS LAST LIMIT 1"
+            ),
+            &[&key],
+        )
+        .await?;
+        Ok(row.as_ref().map(application_from_row))
+    }
+
+    async fn save_application(&self, row: ApplicationRow, previous: Option<Timestamp>) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        let what = format!("an application with id `{}`, uid or tenant", row.id);
+        let rate_limit = row.rate_limit.map(i64::from);
+        let changed = if let Some(previous) = previous {
+            execute(
+                &conn,
+                "UPDATE applications SET uid = $2, name = $3, metadata = $4, rate_limit = $5, updated_at = $6
+                 WHERE id = $1 AND updated_at = $7",
+                &[
+                    &row.id,
+                    &row.uid,
+                    &row.name,
+                    &row.metadata,
+                    &rate_limit,
+                    &row.updated_at.as_millis(),
+                    &previous.as_millis(),
+                ],
+            )
+            .await
+        } else {
+            execute(
+                &conn,
+                &format!(
+                    "INSERT INTO applications ({APPLICATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                ),
+                &[
+                    &row.id,
+                    &row.uid,
+                    &row.tenant,
+                    &row.name,
+                    &row.metadata,
+                    &rate_limit,
+                    &row.created_at.as_millis(),
+                    &row.updated_at.as_millis(),
+                ],
+            )
+            .await
+        }
+        .map_err(|e| taken(e, &what))?;
+        if changed == 0 {
+            return Err(changed_meanwhile("application", &row.id));
+        }
+        Ok(())
+    }
+
+    async fn delete_application(&self, id: &str) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        let removed = execute(&conn, "DELETE FROM applications WHERE id = $1", &[&id]).await?;
+        if removed == 0 {
+            return Err(StoreError::NotFound(format!("application `{id}`")));
+        }
+        Ok(())
+    }
+
+    async fn event_types(
+        &self,
+        after: Option<String>,
+        limit: u32,
+        include_archived: bool,
+    ) -> StoreResult<Vec<EventTypeRow>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {EVENT_TYPE_COLUMNS} FROM event_types
+                 WHERE ($1::TEXT IS NULL OR name > $1) AND ($3 OR NOT archived) ORDER BY name LIMIT $2"
+            ),
+            &[&after, &i64::from(limit), &include_archived],
+        )
+        .await?;
+        Ok(rows.iter().map(event_type_from_row).collect())
+    }
+
+    async fn event_type(&self, name: &str) -> StoreResult<Option<EventTypeRow>> {
+        let conn = self.conn().await?;
+        let row = query_opt(
+            &conn,
+            &format!("SELECT {EVENT_TYPE_COLUMNS} FROM event_types WHERE name = $1"),
+            &[&name],
+        )
+        .await?;
+        Ok(row.as_ref().map(event_type_from_row))
+    }
+
+    async fn save_event_type(&self, row: EventTypeRow, previous: Option<Timestamp>) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        let changed = if let Some(previous) = previous {
+            execute(
+                &conn,
+                "UPDATE event_types SET description = $2, archived = $3, deprecated = $4, schemas = $5,
+                        feature_flags = $6, group_name = $7, updated_at = $8
+                 WHERE name = $1 AND updated_at = $9",
+                &[
+                    &row.name,
+                    &row.description,
+                    &row.archived,
+                    &row.deprecated,
+                    &row.schemas,
+                    &row.feature_flags,
+                    &row.group_name,
+                    &row.updated_at.as_millis(),
+                    &previous.as_millis(),
+                ],
+            )
+            .await?
+        } else {
+            execute(
+                &conn,
+                &format!(
+                    "INSERT INTO event_types ({EVENT_TYPE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                     ON CONFLICT (name) DO NOTHING"
+                ),
+                &[
+                    &row.name,
+                    &row.description,
+                    &row.archived,
+                    &row.deprecated,
+                    &row.schemas,
+                    &row.feature_flags,
+                    &row.group_name,
+                    &row.created_at.as_millis(),
+                    &row.updated_at.as_millis(),
+                ],
+            )
+            .await?
+        };
+        if changed == 0 {
+            return Err(match previous {
+                Some(_) => changed_meanwhile("event type", &row.name),
+                None => StoreError::Conflict(format!("an event type named `{}` exists", row.name)),
+            });
+        }
+        Ok(())
+    }
+
+    async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        let removed = execute(&conn, "DELETE FROM event_types WHERE name = $1", &[&name]).await?;
+        if removed == 0 {
+            return Err(StoreError::NotFound(format!("event type `{name}`")));
+        }
+        Ok(())
+    }
+
+    async fn save_idempotency(&self, r: IdempotencyRecord) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        execute(
+            &conn,
+            "INSERT INTO idempotency (scope, key, request_hash, status, response, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, key) DO NOTHING",
+            &[
+                &r.scope,
+                &r.key,
+                &r.request_hash,
+                &i64::from(r.status),
+                &&r.response[..],
+                &r.created_at.as_millis(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn tenant_events(&self, query_: EventQuery) -> StoreResult<Vec<(i64, Event)>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {EVENT_COLUMNS}, e.seq FROM events e
+                 WHERE e.tenant = $1 AND ($2::BIGINT IS NULL OR e.seq < $2)
+                   AND ($3::BIGINT IS NULL OR e.received_at >= $3) AND ($4::BIGINT IS NULL OR e.received_at < $4)
+                   AND (cardinality($5::TEXT[]) = 0 OR e.event_type = ANY($5))
+                 ORDER BY e.seq DESC LIMIT $6"
+            ),
+            &[
+                &query_.tenant,
+                &query_.before,
+                &millis(query_.since),
+                &millis(query_.until),
+                &query_.event_types,
+                &i64::from(query_.limit),
+            ],
+        )
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(EVENT_COLUMN_COUNT), event_from_row(r, 0)))
+            .collect())
+    }
+
+    async fn attempts(&self, query_: AttemptQuery) -> StoreResult<Vec<AttemptListRow>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT a.id, d.id, e.id, d.endpoint, a.round, a.n, a.started_at, a.duration_ms, a.status_code,
+                    a.error_kind, a.error, a.plugin_note, a.request_headers, a.response_headers,
+                    a.response_body, a.trace_id
+             FROM attempts a JOIN deliveries d ON d.id = a.delivery_id JOIN events e ON e.seq = d.event_seq
+             WHERE ($1::TEXT IS NULL OR d.tenant = $1) AND ($2::TEXT IS NULL OR e.id = $2)
+               AND ($3::TEXT IS NULL OR d.endpoint = $3) AND ($4::BIGINT IS NULL OR a.id < $4)
+             ORDER BY a.id DESC LIMIT $5",
+            &[
+                &query_.tenant,
+                &query_.event_id,
+                &query_.endpoint,
+                &query_.before,
+                &i64::from(query_.limit),
+            ],
+        )
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(AttemptListRow {
+                    id: r.get(0),
+                    delivery: DeliveryId(r.get(1)),
+                    event_id: r.get(2),
+                    endpoint: r.get(3),
+                    round: u(r.get(4)),
+                    attempt: attempt_from_row(r, 5)?,
+                })
+            })
+            .collect()
     }
 
     async fn purge(&self, cutoffs: RetentionCutoffs) -> StoreResult<Purged> {

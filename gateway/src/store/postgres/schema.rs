@@ -136,6 +136,34 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE events ADD COLUMN trace_span_id TEXT;
     ALTER TABLE attempts ADD COLUMN trace_id TEXT;
     "#,
+    // 6: an event's labels (its channels, and a Svix message's tags and eventId) as a JSON
+    // object; a tenant's events by time (the Svix API lists an application's messages); the
+    // Svix API's applications and the event type catalog.
+    r#"
+    ALTER TABLE events ADD COLUMN labels TEXT;
+    CREATE INDEX events_by_tenant ON events (tenant, seq) WHERE tenant IS NOT NULL;
+    CREATE TABLE applications (
+        id          TEXT PRIMARY KEY,
+        uid         TEXT UNIQUE,
+        tenant      TEXT    NOT NULL UNIQUE,
+        name        TEXT    NOT NULL,
+        metadata    TEXT    NOT NULL,
+        rate_limit  BIGINT,
+        created_at  BIGINT  NOT NULL,
+        updated_at  BIGINT  NOT NULL
+    );
+    CREATE TABLE event_types (
+        name           TEXT PRIMARY KEY,
+        description    TEXT    NOT NULL,
+        archived       BOOLEAN NOT NULL,
+        deprecated     BOOLEAN NOT NULL,
+        schemas        TEXT,
+        feature_flags  TEXT,
+        group_name     TEXT,
+        created_at     BIGINT  NOT NULL,
+        updated_at     BIGINT  NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -86,6 +86,7 @@ fn event(id: &str) -> Arc<Event> {
         received_at: Timestamp::from_millis(1_767_225_600_000),
         tenant: None,
         trace: None,
+        labels: Default::default(),
     })
 }
 
@@ -117,6 +118,15 @@ async fn api_endpoints_are_created_once_and_replaced_only_from_what_was_read() {
     let Some(db) = TestDb::create().await else { return };
     let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     crate::store::contract::api_endpoint_writes(&store).await;
+}
+
+#[tokio::test]
+async fn the_svix_api_s_rows_are_kept_as_the_contract_says() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    crate::store::svix_contract::applications(&store).await;
+    crate::store::svix_contract::event_types(&store).await;
+    crate::store::svix_contract::tenant_events_and_attempts(&store).await;
 }
 
 /// Two nodes on one schema: an endpoint's lease is held by one of them at a time, passes on
