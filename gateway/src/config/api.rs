@@ -72,7 +72,7 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
 /// rules block and `allow` does not list. (Names are checked at every attempt, after they are
 /// resolved.)
 pub fn blocked_address(endpoint: &EndpointConfig, allow: &[ipnet::IpNet]) -> Option<String> {
-    let host = endpoint.url.host()?;
+    let host = endpoint.destination.host()?;
     let ip: std::net::IpAddr = host.trim_start_matches('[').trim_end_matches(']').parse().ok()?;
     let reason = ssrf::check(ip, allow).err()?;
     Some(format!(

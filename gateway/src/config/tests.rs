@@ -55,7 +55,7 @@ fn a_full_config_loads_with_every_setting() {
     assert_eq!(c.delivery.timeout, Duration::from_secs(5));
     assert_eq!(c.delivery.allow_networks.len(), 2);
     let ep = &c.endpoints["billing"];
-    assert_eq!(ep.url.host(), Some("billing.example.com"));
+    assert_eq!(ep.destination.host(), Some("billing.example.com"));
     assert_eq!(ep.secrets[0].expose(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     assert!(ep.subscribes_to("orders", "order.created"));
     assert!(!ep.subscribes_to("orders", "invoice.created"));
