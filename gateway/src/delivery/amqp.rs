@@ -365,9 +365,18 @@ async fn connect(dialer: &Dialer, target: &AmqpTarget) -> Result<AmqpLink, Failu
             server.bare_host().to_owned(),
         ));
     }
-    let connection = Connection::open(&args)
-        .await
-        .map_err(|e| Failure::connect(format!("connect to {server}: {e}")))?;
+    let connection = Connection::open(&args).await.map_err(|e| {
+        // amqprs reports a failed handshake as a network error with rustls's text.
+        let text = e.to_string();
+        if server.tls && (text.contains("certificate") || text.contains("handshake")) {
+            Failure {
+                kind: crate::model::ErrorKind::Tls,
+                detail: format!("TLS with {server}: {text}"),
+            }
+        } else {
+            Failure::connect(format!("connect to {server}: {text}"))
+        }
+    })?;
     let broken = |e: amqprs::error::Error| Failure::connect(format!("open a channel on {server}: {e}"));
     connection
         .register_callback(DefaultConnectionCallback)

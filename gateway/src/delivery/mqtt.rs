@@ -227,6 +227,12 @@ async fn connect(dialer: &Dialer, server: &BrokerAddress, deadline: Instant) -> 
         match eventloop.poll().await {
             Ok(Event::Incoming(Packet::ConnAck(_))) => break,
             Ok(_) => {}
+            Err(e @ rumqttc::v5::ConnectionError::Tls(_)) => {
+                return Err(Failure {
+                    kind: crate::model::ErrorKind::Tls,
+                    detail: format!("TLS with {server}: {e}"),
+                });
+            }
             Err(e) => return Err(Failure::connect(format!("connect to {server}: {e}"))),
         }
     }

@@ -928,3 +928,59 @@ async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_connect() {
     );
     assert!(target.seen().is_empty());
 }
+
+// ---------------------------------------------------------------------------------------
+// Broker destinations: the same SSRF guard (loopback spellings only)
+// ---------------------------------------------------------------------------------------
+
+/// A message for a broker URL.
+fn message_to(url: &str) -> OutgoingMessage {
+    let mut req = request("http://unused.invalid/".parse().unwrap());
+    req.destination = Destination::parse(url).unwrap();
+    req
+}
+
+#[tokio::test]
+async fn a_broker_at_a_blocked_address_is_never_dialled() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let _server = tokio::spawn(async move {
+        while let Ok((_stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let resolver = ScriptedResolver::new(&[("broker.test", &[&["127.0.0.1"]])]);
+    let sender = Sender::with_resolver(options(&[]), resolver).unwrap();
+    for url in [
+        format!("nats://127.0.0.1:{port}/orders"),
+        format!("amqp://guest:guest@broker.test:{port}/%2f?exchange=x&routing_key=k"),
+        format!("redis://[::ffff:127.0.0.1]:{port}/0?stream=s"),
+        format!("mqtt://broker.test:{port}/shop/orders"),
+    ] {
+        let result = sender.send(message_to(&url), NOW).await;
+        assert_eq!(kind_of(&result.outcome), Some(ErrorKind::BlockedAddress), "{url}");
+        assert!(detail_of(&result.outcome).contains("loopback"), "{url}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_broker_that_refuses_the_connection_is_a_connect_failure_and_the_next_attempt_fails_at_once() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let sender = sender(&["127.0.0.0/8"]);
+    let url = format!("redis://127.0.0.1:{port}/0?stream=s");
+    let first = sender.send(message_to(&url), NOW).await;
+    assert_eq!(kind_of(&first.outcome), Some(ErrorKind::Connect), "{first:?}");
+    assert_eq!(first.outcome.status_code(), None);
+    let second = sender.send(message_to(&url), NOW).await;
+    assert_eq!(kind_of(&second.outcome), Some(ErrorKind::Connect));
+    assert!(
+        detail_of(&second.outcome).contains("next connection try"),
+        "{second:?}"
+    );
+}

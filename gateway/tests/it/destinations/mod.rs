@@ -17,6 +17,7 @@ mod crash;
 mod mqtt;
 mod nats;
 mod redis;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,6 +170,36 @@ impl Drop for Relay {
         self.accept.abort();
         self.down();
     }
+}
+
+/// A TLS front for a broker: it presents `pki`'s `localhost` certificate and relays the
+/// decrypted stream to the broker, so that `amqps://`, `rediss://` and `mqtts://` are tested
+/// against the real broker behind it.
+pub async fn tls_front(upstream: SocketAddr, pki: &crate::tls::TestPki) -> (SocketAddr, JoinHandle<()>) {
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(pki.server_key.clone().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![pki.server_cert.clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(client).await else {
+                    return;
+                };
+                if let Ok(mut server) = TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut server).await;
+                }
+            });
+        }
+    });
+    (addr, task)
 }
 
 /// What every broker fixture offers the common tests.
