@@ -413,12 +413,14 @@ fn a_broker_url_chooses_the_destination_and_http_only_keys_are_refused_on_it() {
         "topics:\n  t: {}\nendpoints:\n  r:\n    url: redis://127.0.0.1/0?stream=s\n    topics: [t]\n    auth: { bearer: x }\n    proxy: http://127.0.0.1:3128\n  bad:\n    url: amqp://u:hunter2@h/%2f?queue=x\n    topics: [t]\n",
     );
     assert!(
-        p.iter().any(|l| l.contains("endpoints.r.auth: applies to http(s) endpoints only")),
+        p.iter()
+            .any(|l| l.contains("endpoints.r.auth: applies to http(s) endpoints only")),
         "{p:#?}"
     );
     assert!(p.iter().any(|l| l.contains("endpoints.r.proxy:")), "{p:#?}");
     assert!(
-        p.iter().any(|l| l.contains("endpoints.bad.url:") && l.contains("unknown query key `queue`")),
+        p.iter()
+            .any(|l| l.contains("endpoints.bad.url:") && l.contains("unknown query key `queue`")),
         "{p:#?}"
     );
     assert!(!p.iter().any(|l| l.contains("hunter2")), "{p:#?}");

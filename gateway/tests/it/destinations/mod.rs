@@ -12,11 +12,11 @@
 //! kind must do is written once in `common`, each kind's file runs it with its fixture.
 
 mod amqp;
-mod common;
+pub mod common;
 mod crash;
 mod mqtt;
 mod nats;
-mod redis;
+pub mod redis;
 mod tls;
 
 use std::net::SocketAddr;
@@ -177,12 +177,13 @@ impl Drop for Relay {
 /// against the real broker behind it.
 pub async fn tls_front(upstream: SocketAddr, pki: &crate::tls::TestPki) -> (SocketAddr, JoinHandle<()>) {
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(pki.server_key.clone().into());
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![pki.server_cert.clone()], key)
-        .unwrap();
+    let config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![pki.server_cert.clone()], key)
+            .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

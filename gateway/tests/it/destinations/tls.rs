@@ -19,7 +19,10 @@ use crate::tls::test_pki;
 fn over_tls(url: &str, scheme: &str, host: &str, port: u16) -> String {
     let (_, rest) = url.split_once("://").unwrap();
     let (authority, path) = rest.split_at(rest.find('/').unwrap());
-    let credentials = authority.rsplit_once('@').map(|(c, _)| format!("{c}@")).unwrap_or_default();
+    let credentials = authority
+        .rsplit_once('@')
+        .map(|(c, _)| format!("{c}@"))
+        .unwrap_or_default();
     format!("{scheme}://{credentials}{host}:{port}{path}")
 }
 
@@ -43,12 +46,21 @@ async fn tls_case<F: Fixture>(f: F, scheme: &str) {
     let event = gw.ingest("t", "x", json!({"n": 1})).await;
     let got = super::common::wait_received(&f, 1).await;
     assert_eq!(got[0].header("webhook-id"), event["id"].as_str(), "{scheme}");
-    let delivery = deliveries_of(&gw, "wrong-name").await[0]["id"].as_str().unwrap().to_owned();
+    let delivery = deliveries_of(&gw, "wrong-name").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let detail = gw
-        .wait_until(&format!("/v1/deliveries/{delivery}"), WAIT, |d| d["status"] == "failed")
+        .wait_until(&format!("/v1/deliveries/{delivery}"), WAIT, |d| {
+            d["status"] == "failed"
+        })
         .await;
     assert_eq!(detail["attempts"][0]["error_kind"], "tls", "{scheme}: {detail}");
-    assert_eq!(f.received().await.len(), 1, "{scheme}: the wrong name got nothing through");
+    assert_eq!(
+        f.received().await.len(),
+        1,
+        "{scheme}: the wrong name got nothing through"
+    );
     f.cleanup().await;
 }
 
@@ -60,7 +72,9 @@ async fn amqps_verifies_the_brokers_certificate_for_the_host_name() {
 
 #[tokio::test]
 async fn rediss_verifies_the_servers_certificate_for_the_host_name() {
-    let Some(f) = RedisFixture::new().await else { return };
+    let Some(f) = RedisFixture::new().await else {
+        return;
+    };
     tls_case(f, "rediss").await;
 }
 
