@@ -203,7 +203,7 @@ impl Bench {
             None,
         );
         for kind in ["nats", "amqp", "redis", "mqtt"] {
-            let rate = self.to_broker(kind, brokers, events).await?;
+            let rate = self.through_broker(kind, brokers, events).await?;
             let label = match kind {
                 "nats" => "end to end to a destination: NATS JetStream (PubAck)",
                 "amqp" => "end to end to a destination: RabbitMQ (publisher confirms)",
@@ -216,7 +216,7 @@ impl Bench {
         Ok(())
     }
 
-    async fn to_broker(&mut self, kind: &str, brokers: &Brokers, events: u64) -> anyhow::Result<f64> {
+    async fn through_broker(&mut self, kind: &str, brokers: &Brokers, events: u64) -> anyhow::Result<f64> {
         let name = format!("hgbench_{kind}_{}", unix_us());
         let (mut counter, url) = Counter::make(kind, brokers, &name)
             .await

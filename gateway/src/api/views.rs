@@ -72,18 +72,23 @@ pub(crate) struct AttemptView {
     #[schema(value_type = String, format = DateTime)]
     pub(crate) started_at: Timestamp,
     pub(crate) duration_ms: u64,
+    /// The HTTP status; null for a broker, whose answer is in `response_headers` and
+    /// `response_body`.
     pub(crate) status_code: Option<u16>,
-    /// timeout, connect, tls, dns, http_status, redirect, blocked_address, plugin_error, …
+    /// timeout, connect, tls, dns, http_status, redirect, blocked_address, plugin_error,
+    /// rejected (a broker refused the message), …
     pub(crate) error_kind: Option<String>,
     pub(crate) error: Option<String>,
     /// Plugins that ran, with their time.
     pub(crate) plugins: Option<String>,
     /// The request headers sent, in order; credentials and signatures read `[masked]`.
     pub(crate) request_headers: Vec<HeaderView>,
-    /// The response headers; empty when no response came.
+    /// The response headers; for a broker, its answer as fields (`subject`, `stream`, `seq`;
+    /// `exchange`, `routing_key`; `stream`, `entry_id`; `topic`, `puback`). Empty when no
+    /// response came.
     pub(crate) response_headers: Vec<HeaderView>,
-    /// The first 4 KiB of the response body (invalid UTF-8 replaced); null when no response
-    /// came.
+    /// The first 4 KiB of the response body (invalid UTF-8 replaced); for a broker, its answer
+    /// in one line. Null when no response came.
     pub(crate) response_body: Option<String>,
     /// The trace of the attempt's span, as in the `traceparent` it sent (32 hex digits); null
     /// for attempts recorded before traces were.

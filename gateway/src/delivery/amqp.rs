@@ -7,15 +7,16 @@
 //!
 //! On `amqprs`: a pure-Tokio client whose TLS takes a connector and the name to verify apart
 //! from the address it dials, so the judged address and the URL's host name both hold. One
-//! connection and one confirm channel per broker, vhost and credentials.
+//! connection per broker, vhost and credentials, with a confirm channel per exchange on it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use amqprs::callbacks::{ChannelCallback, DefaultConnectionCallback};
+use amqprs::callbacks::{ChannelCallback, ConnectionCallback};
 use amqprs::channel::{BasicPublishArguments, Channel, ConfirmSelectArguments};
 use amqprs::connection::{Connection, OpenConnectionArguments};
-use amqprs::{Ack, BasicProperties, Cancel, CloseChannel, FieldTable, FieldValue, Nack, Return};
+use amqprs::{Ack, BasicProperties, Cancel, Close, CloseChannel, FieldTable, FieldValue, Nack, Return};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -89,11 +90,26 @@ struct LinkKey {
     vhost: String,
 }
 
-/// A connection with its confirm channel, and the publishes waiting for their confirm.
+/// A connection, and a confirm channel per exchange on it: the broker closes a channel that
+/// publishes to an exchange that does not exist, which must not take the other endpoints'
+/// publishes on that connection with it.
 #[derive(Clone)]
 struct AmqpLink {
-    // Kept so the connection lives as long as the link.
-    connection: Connection,
+    connection: Arc<Closing>,
+    /// Set when the connection's callback saw it close or went away with it.
+    broken: Arc<AtomicBool>,
+    channels: Arc<tokio::sync::Mutex<HashMap<String, ConfirmChannel>>>,
+}
+
+impl Live for AmqpLink {
+    fn is_open(&self) -> bool {
+        self.connection.0.is_open() && !self.broken.load(Ordering::SeqCst)
+    }
+}
+
+/// A channel in confirm mode and the publishes waiting for their confirm.
+#[derive(Clone)]
+struct ConfirmChannel {
     channel: Channel,
     confirms: Arc<Mutex<Confirms>>,
     /// Held from numbering a publish to handing it to the connection, so that tags follow the
@@ -101,16 +117,54 @@ struct AmqpLink {
     publishing: Arc<tokio::sync::Mutex<()>>,
 }
 
-impl Live for AmqpLink {
-    fn is_open(&self) -> bool {
-        self.connection.is_open() && self.channel.is_open() && !self.lock().closed
-    }
-}
-
-impl AmqpLink {
+impl ConfirmChannel {
     fn lock(&self) -> std::sync::MutexGuard<'_, Confirms> {
         self.confirms.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn is_open(&self) -> bool {
+        self.channel.is_open() && !self.lock().closed
+    }
+}
+
+/// The link's connection, closed when the last handle to the link goes (a link is replaced
+/// when its connection broke), so that it does not linger.
+struct Closing(Connection);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        let connection = self.0.clone();
+        if connection.is_open()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = connection.close().await;
+            });
+        }
+    }
+}
+
+/// Marks the link broken when the broker closes the connection or its reader goes.
+struct ConnectionWatch(Arc<AtomicBool>);
+
+impl Drop for ConnectionWatch {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl ConnectionCallback for ConnectionWatch {
+    async fn close(&mut self, _connection: &Connection, _close: Close) -> Result<(), amqprs::error::Error> {
+        self.0.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn blocked(&mut self, _connection: &Connection, _reason: String) {}
+
+    async fn unblocked(&mut self, _connection: &Connection) {}
+
+    async fn secret_updated(&mut self, _connection: &Connection) {}
 }
 
 /// The channel's publishes by delivery tag (1, 2, … in publish order, as the broker numbers
@@ -266,14 +320,17 @@ impl AmqpSender {
             vhost: target.vhost.clone(),
         };
         let link = self.links.get(&key, deadline, || connect(dialer, target)).await?;
+        let channel = tokio::time::timeout_at(deadline, channel_for(&link, &target.exchange))
+            .await
+            .map_err(|_| Failure::timeout("no channel within the attempt's timeout"))??;
         let (done, confirmed) = oneshot::channel();
-        let Ok(publishing) = tokio::time::timeout_at(deadline, link.publishing.lock()).await else {
+        let Ok(publishing) = tokio::time::timeout_at(deadline, channel.publishing.lock()).await else {
             return Err(Failure::timeout(
                 "no turn to publish within the attempt's timeout",
             ));
         };
         let tag = {
-            let mut confirms = link.lock();
+            let mut confirms = channel.lock();
             if confirms.closed {
                 return Err(Failure::connect("the channel to the broker is closed"));
             }
@@ -293,13 +350,13 @@ impl AmqpSender {
         };
         let mut args = BasicPublishArguments::new(&target.exchange, &target.routing_key);
         args.mandatory = true;
-        let sent = link
+        let sent = channel
             .channel
             .basic_publish(properties(msg), msg.body.to_vec(), args)
             .await;
         drop(publishing);
         if let Err(e) = sent {
-            link.lock().waiting.remove(&tag);
+            channel.lock().waiting.remove(&tag);
             return Err(Failure::connect(format!("publish to {}: {e}", target.server)));
         }
         let confirmed = tokio::time::timeout_at(deadline, confirmed)
@@ -377,27 +434,45 @@ async fn connect(dialer: &Dialer, target: &AmqpTarget) -> Result<AmqpLink, Failu
             Failure::connect(format!("connect to {server}: {text}"))
         }
     })?;
-    let broken = |e: amqprs::error::Error| Failure::connect(format!("open a channel on {server}: {e}"));
+    let broken = Arc::new(AtomicBool::new(false));
     connection
-        .register_callback(DefaultConnectionCallback)
+        .register_callback(ConnectionWatch(broken.clone()))
         .await
-        .map_err(broken)?;
-    let channel = connection.open_channel(None).await.map_err(broken)?;
+        .map_err(|e| Failure::connect(format!("connect to {server}: {e}")))?;
+    Ok(AmqpLink {
+        connection: Arc::new(Closing(connection)),
+        broken,
+        channels: Arc::default(),
+    })
+}
+
+/// The link's confirm channel for `exchange`, opened now when there is none or the broker
+/// closed it.
+async fn channel_for(link: &AmqpLink, exchange: &str) -> Result<ConfirmChannel, Failure> {
+    let mut channels = link.channels.lock().await;
+    if let Some(channel) = channels.get(exchange).filter(|c| c.is_open()) {
+        return Ok(channel.clone());
+    }
+    let failed = |e: amqprs::error::Error| Failure::connect(format!("open a channel: {e}"));
+    let connection = &link.connection.0;
+    let channel = connection.open_channel(None).await.map_err(failed)?;
     let confirms = Arc::new(Mutex::new(Confirms::default()));
     channel
         .register_callback(ConfirmCallback(confirms.clone()))
         .await
-        .map_err(broken)?;
+        .map_err(failed)?;
     channel
         .confirm_select(ConfirmSelectArguments::default())
         .await
-        .map_err(broken)?;
-    Ok(AmqpLink {
-        connection,
+        .map_err(failed)?;
+    let opened = ConfirmChannel {
         channel,
         confirms,
         publishing: Arc::default(),
-    })
+    };
+    // A channel this replaces was closed by the broker: nothing waits on it any more.
+    channels.insert(exchange.to_owned(), opened.clone());
+    Ok(opened)
 }
 
 #[cfg(test)]

@@ -236,7 +236,7 @@ mod tests {
         let links = Links::<&str, Conn>::new();
         let deadline = Instant::now() + Duration::from_millis(20);
         let failure = links
-            .get(&"a", deadline, || std::future::pending::<Result<Conn, Failure>>())
+            .get(&"a", deadline, std::future::pending::<Result<Conn, Failure>>)
             .await
             .err()
             .unwrap();

@@ -174,3 +174,35 @@ async fn per_key_order_holds_under_retries() {
     let Some(f) = AmqpFixture::new().await else { return };
     common::per_key_order_holds_under_retries(f).await;
 }
+
+#[tokio::test]
+async fn an_exchange_that_does_not_exist_is_rejected_and_the_next_message_gets_through() {
+    let Some(f) = AmqpFixture::new().await else { return };
+    let missing = f
+        .url(f.broker_addr())
+        .replace(&f.exchange, &format!("{}.missing", f.exchange));
+    let good = f.url(f.broker_addr());
+    let gw = crate::support::TestGateway::start(&format!(
+        "policies:\n  once:\n    schedule: [0s]\n    jitter: 0\ntopics:\n  t: {{}}\nendpoints:\n  missing:\n    url: '{missing}'\n    topics: [t]\n    policy: once\n  good:\n    url: '{good}'\n    topics: [t]\n    policy: once\n"
+    ))
+    .await;
+    for n in 0..3 {
+        gw.ingest("t", "x", serde_json::json!({"n": n})).await;
+    }
+    common::wait_received(&f, 3).await;
+    for delivery in crate::support::deliveries_of(&gw, "missing").await {
+        let id = delivery["id"].as_str().unwrap();
+        let detail = gw
+            .wait_until(&format!("/v1/deliveries/{id}"), crate::support::WAIT, |d| {
+                d["status"] == "failed"
+            })
+            .await;
+        let attempt = &detail["attempts"][0];
+        assert_eq!(attempt["error_kind"], "rejected", "{attempt}");
+        assert!(
+            attempt["error"].as_str().unwrap().contains("NOT_FOUND"),
+            "{attempt}"
+        );
+    }
+    f.cleanup().await;
+}
