@@ -17,6 +17,7 @@ mod crash;
 mod mqtt;
 mod nats;
 pub mod redis;
+mod secrets;
 mod tls;
 
 use std::net::SocketAddr;
