@@ -141,6 +141,7 @@ pub(crate) async fn perform(env: &AttemptEnv, input: AttemptInput<'_>) -> Attemp
             endpoint: &input.endpoint.name,
             attempt: input.attempt,
             status_code,
+            messaging: input.endpoint.destination.messaging(),
             error_kind,
             error,
             plugin_time: report.plugin_time,

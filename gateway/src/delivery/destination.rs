@@ -87,6 +87,19 @@ impl Destination {
         }
     }
 
+    /// For traces: the messaging system (OpenTelemetry's `messaging.system`) and the name of
+    /// the destination the message goes to; None for HTTP.
+    pub fn messaging(&self) -> Option<(&'static str, &str)> {
+        match self {
+            Destination::Http(_) => None,
+            Destination::Nats(t) => Some(("nats", &t.subject)),
+            Destination::Amqp(t) if t.exchange.is_empty() => Some(("rabbitmq", "amq.default")),
+            Destination::Amqp(t) => Some(("rabbitmq", &t.exchange)),
+            Destination::Redis(t) => Some(("redis", &t.stream)),
+            Destination::Mqtt(t) => Some(("mqtt", &t.topic)),
+        }
+    }
+
     /// Whether this is an HTTP(S) destination, the only kind with `auth`, `tls` and `proxy`.
     pub fn is_http(&self) -> bool {
         matches!(self, Destination::Http(_))
