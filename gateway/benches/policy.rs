@@ -15,7 +15,7 @@ fn plan(c: &mut Criterion) {
         retry_after: None,
         detail: "503 Service Unavailable".into(),
     };
-    let delivered = Outcome::Delivered { status: 200 };
+    let delivered = Outcome::Delivered { status: Some(200) };
     let standard = Policy::standard();
     let sns = Policy::preset("sns-aws-managed").expect("a preset");
     let mut group = c.benchmark_group("plan_next");

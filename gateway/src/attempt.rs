@@ -1,5 +1,6 @@
-//! One attempt, start to finish: build the request (content type, the endpoint's headers,
-//! transform plugin, Standard Webhooks headers or a signer plugin), send it, and — when it
+//! One attempt, start to finish: build the message (content type, the endpoint's headers,
+//! transform plugin, the event's type and ordering key, Standard Webhooks headers or a signer
+//! plugin), send it to the endpoint's destination whatever its transport, and — when it
 //! failed and the endpoint has a backoff plugin — ask the plugin for the next delay.
 //!
 //! The same pipeline serves real deliveries and the endpoint test call, so what the test call
@@ -14,7 +15,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::EndpointConfig;
-use crate::delivery::{OutgoingRequest, Sender, signing};
+use crate::delivery::{OutgoingMessage, Sender, signing};
 use crate::model::{Attempt, ErrorKind, Event, Exchange, Outcome, PluginBinding, SpanId, Timestamp, TraceId};
 use crate::plugins::headers as plugin_headers;
 use crate::plugins::{
@@ -53,7 +54,7 @@ pub(crate) struct AttemptInput<'a> {
 /// What became of an attempt.
 #[derive(Debug, Clone)]
 pub(crate) enum AttemptResult {
-    /// The HTTP request was made (or failed before an answer).
+    /// The message was sent (or failed before an answer).
     Sent(Outcome),
     /// The transform plugin dropped the event: nothing was sent, the delivery is done.
     Dropped { reason: String },
@@ -153,6 +154,7 @@ pub(crate) async fn perform_gated<E>(
             endpoint: &input.endpoint.name,
             attempt: input.attempt,
             status_code,
+            messaging: input.endpoint.destination.messaging(),
             error_kind,
             error,
             plugin_time: report.plugin_time,
@@ -295,7 +297,12 @@ fn plugin_failed(failure: PluginFailure) -> AttemptResult {
     })
 }
 
-/// Builds the request, or says how the attempt ends without one. Plugins never see the
+/// The event's type and ordering key, on every message: receivers on a broker route and
+/// order by them without parsing the body.
+const EVENT_TYPE: HeaderName = HeaderName::from_static("hookgate-event-type");
+const ORDERING_KEY: HeaderName = HeaderName::from_static("hookgate-ordering-key");
+
+/// Builds the message, or says how the attempt ends without one. Plugins never see the
 /// endpoint's configured headers or credentials: a transform gets the content type and answers
 /// the base of the request, the endpoint's headers and the standard headers are set over it,
 /// and a signer sees that request without the configured headers and may only add new names
@@ -306,7 +313,7 @@ async fn prepare(
     input: &AttemptInput<'_>,
     traceparent: HeaderValue,
     notes: &mut Notes,
-) -> Result<OutgoingRequest, AttemptResult> {
+) -> Result<OutgoingMessage, AttemptResult> {
     let endpoint = input.endpoint;
     let event = input.event;
     let now = env.clock.now();
@@ -345,6 +352,14 @@ async fn prepare(
     for (name, value) in &standard {
         headers.insert(name.clone(), value.clone());
     }
+    if let Ok(value) = HeaderValue::from_str(&event.event_type) {
+        headers.insert(EVENT_TYPE, value);
+    }
+    if let Some(key) = &event.ordering_key
+        && let Ok(value) = HeaderValue::from_str(key)
+    {
+        headers.insert(ORDERING_KEY, value);
+    }
     if endpoint.svix_headers {
         add_svix_headers(&mut headers, &mut masked);
     }
@@ -357,8 +372,9 @@ async fn prepare(
             masked.push(name.clone());
         }
     }
-    Ok(OutgoingRequest {
-        url: endpoint.url.clone(),
+    Ok(OutgoingMessage {
+        destination: endpoint.destination.clone(),
+        message_id: event.id.clone(),
         headers,
         body,
         timeout: input.timeout,
@@ -406,7 +422,7 @@ async fn transform(
             binding,
             TransformInput {
                 endpoint_name: endpoint.name.to_string(),
-                endpoint_url: endpoint.url.to_string(),
+                endpoint_url: endpoint.destination.masked(),
                 event: event_info(input.event),
                 delivery_id: input.delivery_id.clone(),
                 attempt: input.attempt,
@@ -452,7 +468,7 @@ async fn sign(
             binding,
             SignInput {
                 endpoint_name: endpoint.name.to_string(),
-                endpoint_url: endpoint.url.to_string(),
+                endpoint_url: endpoint.destination.masked(),
                 delivery_id: input.delivery_id.clone(),
                 attempt: input.attempt,
                 now_ms: SystemClock.now().as_millis().max(0) as u64,

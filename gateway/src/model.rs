@@ -272,6 +272,9 @@ pub enum ErrorKind {
     /// The endpoint's outbound credentials could not be had: the OAuth2 token server refused
     /// or failed. The receiver was not contacted.
     Auth,
+    /// A broker refused the message: a nack, a `basic.return`, an error reply, a refusing
+    /// PUBACK, no stream for the subject. Retried like an HTTP 5xx.
+    Rejected,
     EndpointPaused,
     EndpointRemoved,
 }
@@ -288,6 +291,7 @@ impl ErrorKind {
             ErrorKind::BlockedAddress => "blocked_address",
             ErrorKind::PluginError => "plugin_error",
             ErrorKind::Auth => "auth",
+            ErrorKind::Rejected => "rejected",
             ErrorKind::EndpointPaused => "endpoint_paused",
             ErrorKind::EndpointRemoved => "endpoint_removed",
         }
@@ -307,6 +311,7 @@ impl FromStr for ErrorKind {
             "blocked_address" => ErrorKind::BlockedAddress,
             "plugin_error" => ErrorKind::PluginError,
             "auth" => ErrorKind::Auth,
+            "rejected" => ErrorKind::Rejected,
             "endpoint_paused" => ErrorKind::EndpointPaused,
             "endpoint_removed" => ErrorKind::EndpointRemoved,
             _ => return Err(UnknownName(s.to_owned())),
@@ -323,11 +328,12 @@ impl fmt::Display for ErrorKind {
 /// What the receiver asked for in `Retry-After`, already turned into an absolute time.
 pub type RetryAfter = Timestamp;
 
-/// The result of one HTTP attempt, as the policy and health machine see it.
+/// The result of one attempt, as the policy and health machine see it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    /// A 2xx within the timeout.
-    Delivered { status: u16 },
+    /// An HTTP 2xx within the timeout (`status`), or a broker that took the message (no
+    /// status).
+    Delivered { status: Option<u16> },
     /// Anything else. `status` is set for `HttpStatus` and `Redirect`; `retry_after` only
     /// when a 429 or 5xx carried a parseable `Retry-After`.
     Failed {
@@ -345,7 +351,7 @@ impl Outcome {
 
     pub fn status_code(&self) -> Option<u16> {
         match self {
-            Outcome::Delivered { status } => Some(*status),
+            Outcome::Delivered { status } => *status,
             Outcome::Failed { status, .. } => *status,
         }
     }
@@ -559,6 +565,7 @@ mod tests {
             "redirect",
             "blocked_address",
             "plugin_error",
+            "rejected",
             "endpoint_paused",
             "endpoint_removed",
         ] {

@@ -304,7 +304,7 @@ fn build_sender(config: &Config) -> anyhow::Result<Sender> {
         max_response_body_bytes: 64 * 1024,
         proxy: config.delivery.proxy.clone(),
     })
-    .context("building the HTTP client")
+    .context("building the transports (HTTP client, broker connections)")
 }
 
 /// Loads the plugin folder. Compiling can take a while: it stays off the async workers.

@@ -151,6 +151,9 @@ pub struct AttemptSpan<'a> {
     pub endpoint: &'a str,
     pub attempt: u32,
     pub status_code: Option<u16>,
+    /// A broker attempt's messaging system and destination name (see
+    /// `Destination::messaging`); None for HTTP.
+    pub messaging: Option<(&'static str, &'a str)>,
     /// The error kind of a failed attempt.
     pub error_kind: Option<&'static str>,
     /// The failure's detail, as the span's status message.
@@ -298,8 +301,18 @@ impl Traces {
             KeyValue::new("hookgate.delivery_id", span.delivery_id.to_owned()),
             KeyValue::new("hookgate.endpoint", span.endpoint.to_owned()),
             KeyValue::new("hookgate.attempt", i64::from(span.attempt)),
-            KeyValue::new("http.request.method", "POST"),
         ];
+        match span.messaging {
+            None => attributes.push(KeyValue::new("http.request.method", "POST")),
+            Some((system, destination)) => {
+                attributes.push(KeyValue::new("messaging.system", system));
+                attributes.push(KeyValue::new(
+                    "messaging.destination.name",
+                    destination.to_owned(),
+                ));
+                attributes.push(KeyValue::new("messaging.operation.type", "send"));
+            }
+        }
         if let Some(code) = span.status_code {
             attributes.push(KeyValue::new("http.response.status_code", i64::from(code)));
         }
@@ -600,6 +613,7 @@ mod tests {
             endpoint: "a",
             attempt: 1,
             status_code: Some(200),
+            messaging: None,
             error_kind: None,
             error: None,
             plugin_time: None,

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
-//!                                           [--only ingest,e2e,latency,lateness,backlog,plugins,postgres]
+//!                                           [--only ingest,e2e,latency,lateness,backlog,plugins,postgres,brokers]
 //!                                           [--postgres postgres://…]
+//!                                           [--nats URL --amqp URL --redis URL --mqtt URL]
 //! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
 //! ```
 //!
@@ -12,6 +13,7 @@
 //! receiver and `hookgate-loadgen` as the client, and every figure is the median of `--runs`
 //! runs. Everything listens on 127.0.0.1 only.
 
+mod brokers;
 mod child;
 mod cluster;
 mod faults;
@@ -51,7 +53,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, e2e, latency, lateness, backlog,
-    /// plugins, postgres, and faults (the cluster's fault runs, only when named).
+    /// plugins, postgres, brokers, and faults (the cluster's fault runs, only when named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the results as JSON here.
@@ -67,6 +69,18 @@ struct Args {
     /// dropped), e.g. postgres://postgres@127.0.0.1/test. Default: `HOOKGATE_BENCH_POSTGRES`.
     #[arg(long, env = "HOOKGATE_BENCH_POSTGRES")]
     postgres: Option<String>,
+    /// The `brokers` scenario's NATS server (with JetStream), e.g. nats://127.0.0.1:4222.
+    #[arg(long, env = "HOOKGATE_BENCH_NATS")]
+    nats: Option<String>,
+    /// Its RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672.
+    #[arg(long, env = "HOOKGATE_BENCH_AMQP")]
+    amqp: Option<String>,
+    /// Its Redis, e.g. redis://127.0.0.1:6379.
+    #[arg(long, env = "HOOKGATE_BENCH_REDIS")]
+    redis: Option<String>,
+    /// Its MQTT 5 broker, e.g. mqtt://127.0.0.1:1883.
+    #[arg(long, env = "HOOKGATE_BENCH_MQTT")]
+    mqtt: Option<String>,
     /// Where the bundled plugins were built.
     #[arg(long)]
     plugin_build: Option<PathBuf>,
@@ -103,7 +117,7 @@ enum Hidden {
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "faults",
+    "ingest", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "brokers", "faults",
 ];
 
 fn main() -> ExitCode {
@@ -201,6 +215,15 @@ async fn run(args: Args) -> ExitCode {
     };
     let machine = machine();
     eprintln!("hookgate-bench on {machine}; {} run(s) per figure", args.runs);
+    let brokers = match (&args.nats, &args.amqp, &args.redis, &args.mqtt) {
+        (Some(nats), Some(amqp), Some(redis), Some(mqtt)) => Some(brokers::Brokers {
+            nats: nats.clone(),
+            amqp: amqp.clone(),
+            redis: redis.clone(),
+            mqtt: mqtt.clone(),
+        }),
+        _ => None,
+    };
 
     let runs = args.runs.max(1);
     // Other work on the machine skews every figure; the load before each step goes on record.
@@ -231,9 +254,15 @@ async fn run(args: Args) -> ExitCode {
             ("postgres", "PostgreSQL, 3 nodes"),
             ("postgres", "PostgreSQL, 3 nodes apart"),
             ("postgres", "PostgreSQL, 3 nodes, a thread per core each"),
+            ("brokers", "end to end to each destination"),
         ] {
-            // PostgreSQL only when there is one; asked for by name without one, it fails.
-            let possible = name != "postgres" || args.postgres.is_some() || !args.only.is_empty();
+            // PostgreSQL and the brokers only when there are some; asked for by name without
+            // them, the step fails.
+            let possible = match name {
+                "postgres" => args.postgres.is_some() || !args.only.is_empty(),
+                "brokers" => brokers.is_some() || !args.only.is_empty(),
+                _ => true,
+            };
             if wanted(name) && possible {
                 steps.push((name, label.into()));
             }
@@ -256,6 +285,12 @@ async fn run(args: Args) -> ExitCode {
                 "scheduler lateness" => bench.lateness().await,
                 "backlog memory and restart" => bench.backlog().await,
                 "plugin overhead" => bench.plugins().await,
+                "end to end to each destination" => match &brokers {
+                    Some(brokers) => bench.destinations(brokers).await,
+                    None => Err(anyhow::anyhow!(
+                        "needs --nats, --amqp, --redis and --mqtt (or HOOKGATE_BENCH_NATS, …)"
+                    )),
+                },
                 pg => match &args.postgres {
                     Some(url) => {
                         let layout = match pg {

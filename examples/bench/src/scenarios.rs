@@ -87,7 +87,7 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    fn new(root: &Path, body: &str) -> anyhow::Result<Site> {
+    pub(crate) fn new(root: &Path, body: &str) -> anyhow::Result<Site> {
         Site::with_storage(root, |d| format!("storage:\n  path: {d}/hookgate.db\n"), body)
     }
 
@@ -170,7 +170,7 @@ impl Bench {
     /// Starts a gateway on `site` with its log under `<work dir>/logs/<name>.log`, and gives
     /// the run a fresh client: a pooled connection to a stopped gateway must not be reused
     /// when the next gateway happens to get the same port.
-    async fn start(&mut self, site: &Site, name: &str) -> anyhow::Result<GatewayProcess> {
+    pub(crate) async fn start(&mut self, site: &Site, name: &str) -> anyhow::Result<GatewayProcess> {
         let logs = self.work_root.join("logs");
         std::fs::create_dir_all(&logs)?;
         self.client = Client::new(256);
@@ -347,7 +347,7 @@ impl Bench {
     /// subscribers until the sink has every delivery (after `warm` requests through to it):
     /// deliveries/s from the first request to the last delivery, and the gateway's CPU time per
     /// delivery, in µs.
-    async fn through_sink(
+    pub(crate) async fn through_sink(
         &mut self,
         endpoints: usize,
         (shape, concurrency): (Shape, usize),

@@ -20,7 +20,9 @@ use utoipa::IntoParams;
 use super::auth::Caller;
 use super::events::read_body;
 use super::idempotency::{self, Begin};
-use super::views::{EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome, SavedEndpoint};
+use super::views::{
+    EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome, SavedEndpoint, TestOutcome,
+};
 use super::{ApiError, AppState};
 use crate::attempt::{self, AttemptInput, AttemptResult};
 use crate::config::EndpointConfig;
@@ -260,21 +262,6 @@ pub(crate) struct TestIn {
     payload: Option<Box<serde_json::value::RawValue>>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct TestOutcome {
-    /// Whether the endpoint answered 2xx in time.
-    delivered: bool,
-    event_id: String,
-    status_code: Option<u16>,
-    error_kind: Option<String>,
-    error: Option<String>,
-    duration_ms: u64,
-    /// Plugins that ran, with their time.
-    plugins: Option<String>,
-    /// Set when a transform plugin dropped the event.
-    dropped: Option<String>,
-}
-
 /// Sends a test event now and answers with the attempt's outcome — 200 whether or not the
 /// endpoint accepted it. Changes no state or counter.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/test", tag = "endpoints",
@@ -328,10 +315,20 @@ async fn test_endpoint(
     )
     .await;
     let duration_ms = report.duration.as_millis() as u64;
+    let (kind, target) = (ep.destination.kind().to_owned(), ep.destination.target());
+    // A broker's answer is the attempt record's one line; HTTP's is its status code.
+    let answer = report
+        .exchange
+        .response_body
+        .clone()
+        .filter(|_| !ep.destination.is_http());
     Ok(Json(match report.result {
         AttemptResult::Sent(outcome) => TestOutcome {
             delivered: outcome.is_success(),
             event_id: event.id,
+            kind,
+            target,
+            answer,
             status_code: outcome.status_code(),
             error_kind: outcome.error_kind().map(|k| k.as_str().to_owned()),
             error: match outcome {
@@ -345,6 +342,9 @@ async fn test_endpoint(
         AttemptResult::Dropped { reason } => TestOutcome {
             delivered: false,
             event_id: event.id,
+            kind,
+            target,
+            answer: None,
             status_code: None,
             error_kind: None,
             error: None,

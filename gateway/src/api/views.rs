@@ -72,18 +72,23 @@ pub(crate) struct AttemptView {
     #[schema(value_type = String, format = DateTime)]
     pub(crate) started_at: Timestamp,
     pub(crate) duration_ms: u64,
+    /// The HTTP status; null for a broker, whose answer is in `response_headers` and
+    /// `response_body`.
     pub(crate) status_code: Option<u16>,
-    /// timeout, connect, tls, dns, http_status, redirect, blocked_address, plugin_error, …
+    /// timeout, connect, tls, dns, http_status, redirect, blocked_address, plugin_error,
+    /// rejected (a broker refused the message), …
     pub(crate) error_kind: Option<String>,
     pub(crate) error: Option<String>,
     /// Plugins that ran, with their time.
     pub(crate) plugins: Option<String>,
     /// The request headers sent, in order; credentials and signatures read `[masked]`.
     pub(crate) request_headers: Vec<HeaderView>,
-    /// The response headers; empty when no response came.
+    /// The response headers; for a broker, its answer as fields (`subject`, `stream`, `seq`;
+    /// `exchange`, `routing_key`; `stream`, `entry_id`; `topic`, `puback`). Empty when no
+    /// response came.
     pub(crate) response_headers: Vec<HeaderView>,
-    /// The first 4 KiB of the response body (invalid UTF-8 replaced); null when no response
-    /// came.
+    /// The first 4 KiB of the response body (invalid UTF-8 replaced); for a broker, its answer
+    /// in one line. Null when no response came.
     pub(crate) response_body: Option<String>,
     /// The trace of the attempt's span, as in the `traceparent` it sent (32 hex digits); null
     /// for attempts recorded before traces were.
@@ -235,6 +240,13 @@ pub(crate) struct EndpointView {
     pub(crate) description: Option<String>,
     /// The URL, with any user:password part masked.
     pub(crate) url: String,
+    /// The transport its URL's scheme chooses: http, nats, amqp, redis or mqtt.
+    #[serde(default = "http_kind")]
+    pub(crate) kind: String,
+    /// What a broker puts its messages into: `subject orders.created`, `exchange shop,
+    /// routing key orders`, `stream orders`, `topic shop/orders`; null for HTTP.
+    #[serde(default)]
+    pub(crate) target: Option<String>,
     pub(crate) topics: Vec<String>,
     pub(crate) types: Vec<String>,
     pub(crate) policy: Option<String>,
@@ -290,6 +302,10 @@ pub(crate) struct EndpointView {
     pub(crate) problems: Vec<String>,
 }
 
+fn http_kind() -> String {
+    "http".to_owned()
+}
+
 impl EndpointView {
     pub(crate) fn new(
         ep: &EndpointConfig,
@@ -308,7 +324,9 @@ impl EndpointView {
             source: ep.source.as_str().to_owned(),
             tenant: ep.tenant.as_deref().map(str::to_owned),
             description: ep.description.clone(),
-            url: masked_url(&ep.url),
+            url: ep.destination.masked(),
+            kind: ep.destination.kind().to_owned(),
+            target: ep.destination.target(),
             topics: ep.topics.clone(),
             types: ep.types.clone(),
             policy: ep.policy.clone(),
@@ -432,35 +450,38 @@ pub(crate) struct Reenabled {
     pub(crate) replay: Option<ReplayOutcome>,
 }
 
+/// What the endpoint test call did: the one attempt's outcome.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct TestOutcome {
+    /// Whether the endpoint answered 2xx in time, or the broker took the message.
+    pub(crate) delivered: bool,
+    pub(crate) event_id: String,
+    /// The endpoint's transport: http, nats, amqp, redis or mqtt.
+    pub(crate) kind: String,
+    /// Where a broker was to put the message (`subject orders.created`, …); null for HTTP.
+    pub(crate) target: Option<String>,
+    /// What the broker answered (`PubAck: stream ORDERS, sequence 12`, a refusal); null for
+    /// HTTP, whose answer is `status_code`.
+    pub(crate) answer: Option<String>,
+    pub(crate) status_code: Option<u16>,
+    pub(crate) error_kind: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) duration_ms: u64,
+    /// Plugins that ran, with their time.
+    pub(crate) plugins: Option<String>,
+    /// Set when a transform plugin dropped the event.
+    pub(crate) dropped: Option<String>,
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct Redriven {
     /// Dead deliveries queued again.
     pub(crate) queued: usize,
 }
 
-/// `https://user:pass@host/x` → `https://***@host/x`: credentials in URLs are secrets too.
-pub(crate) fn masked_url(url: &http::Uri) -> String {
-    let text = url.to_string();
-    match url.authority() {
-        Some(authority) if authority.as_str().contains('@') => {
-            let host = authority.as_str().rsplit('@').next().unwrap_or_default();
-            text.replacen(authority.as_str(), &format!("***@{host}"), 1)
-        }
-        _ => text,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn credentials_in_urls_are_masked() {
-        let url: http::Uri = "https://user:hunter2@example.com/hook?x=1".parse().unwrap();
-        assert_eq!(masked_url(&url), "https://***@example.com/hook?x=1");
-        let plain: http::Uri = "https://example.com/hook".parse().unwrap();
-        assert_eq!(masked_url(&plain), "https://example.com/hook");
-    }
 
     #[test]
     fn event_payloads_show_as_json_text_or_base64() {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::api::views::{
     ClusterNodesView, DeliveryList, DeliveryView, EndpointList, EndpointView, Reenabled, ReplayOutcome,
-    SavedEndpoint, Summary,
+    SavedEndpoint, Summary, TestOutcome,
 };
 
 #[derive(Debug, Args)]
@@ -132,6 +132,14 @@ pub(super) enum EndpointAction {
     /// Delete an endpoint created through the API; its waiting deliveries end
     /// `endpoint_removed`.
     Delete { name: String },
+    /// Send a test event to an endpoint now and print what became of it (the endpoint's
+    /// state and counters do not change).
+    Test {
+        name: String,
+        /// The test event's type; default `hookgate.test`.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+    },
     /// Give an endpoint a new signing secret, printed this once; the old one signs too until
     /// the overlap ends.
     RotateSecret {
@@ -446,6 +454,12 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
             println!("deleted {name}");
             return Ok(());
         }
+        EndpointAction::Test { name, event_type } => {
+            let body = event_type.map(|t| json!({"type": t}));
+            let outcome: TestOutcome = api.post(&format!("{}/test", path(&name)), body, &[]).await?;
+            print_test(&name, &outcome);
+            return Ok(());
+        }
         EndpointAction::RotateSecret {
             name,
             secret,
@@ -583,6 +597,8 @@ fn print_endpoint(e: &EndpointView) {
         ("source", e.source.clone()),
         ("tenant", cell(e.tenant.as_ref())),
         ("url", e.url.clone()),
+        ("kind", e.kind.clone()),
+        ("target", cell(e.target.as_ref())),
         ("state", e.state.to_string()),
         ("consecutive_failures", e.consecutive_failures.to_string()),
         ("failing_since", cell(e.failing_since)),
@@ -603,6 +619,38 @@ fn print_endpoint(e: &EndpointView) {
         .map(|h| vec![h.at.to_string(), h.state.to_string(), h.reason.clone()])
         .collect();
     table(&["AT", "STATE", "REASON"], rows);
+}
+
+/// The test call's outcome: a status code for HTTP, where the message went and what the
+/// broker answered for a broker.
+fn print_test(name: &str, t: &TestOutcome) {
+    let verdict = if t.delivered { "delivered" } else { "not delivered" };
+    println!("{name}: {verdict} in {} ms (event {})", t.duration_ms, t.event_id);
+    let mut fields = vec![("kind", t.kind.clone())];
+    if let Some(target) = &t.target {
+        fields.push(("target", target.clone()));
+    }
+    if let Some(answer) = &t.answer {
+        fields.push(("answer", answer.clone()));
+    }
+    if let Some(code) = t.status_code {
+        fields.push(("status", code.to_string()));
+    }
+    if let Some(kind) = &t.error_kind {
+        fields.push(("error_kind", kind.clone()));
+    }
+    if let Some(error) = &t.error {
+        fields.push(("error", error.clone()));
+    }
+    if let Some(reason) = &t.dropped {
+        fields.push(("dropped", reason.clone()));
+    }
+    if let Some(plugins) = &t.plugins {
+        fields.push(("plugins", plugins.clone()));
+    }
+    for (key, value) in fields {
+        println!("{key:<22}{value}");
+    }
 }
 
 fn print_deliveries(list: &DeliveryList) {

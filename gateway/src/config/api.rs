@@ -72,7 +72,7 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
 /// rules block and `allow` does not list. (Names are checked at every attempt, after they are
 /// resolved.)
 pub fn blocked_address(endpoint: &EndpointConfig, allow: &[ipnet::IpNet]) -> Option<String> {
-    let host = endpoint.url.host()?;
+    let host = endpoint.destination.host()?;
     let ip: std::net::IpAddr = host.trim_start_matches('[').trim_end_matches(']').parse().ok()?;
     let reason = ssrf::check(ip, allow).err()?;
     Some(format!(
@@ -253,6 +253,8 @@ mod tests {
             "http://10.0.0.1/x",
             "http://[::1]/x",
             "http://169.254.169.254/latest",
+            "nats://10.0.0.1:4222/orders",
+            "redis://[fd00::1]/0?stream=s",
         ] {
             let ep = api_endpoint(
                 &row("x", serde_json::json!({"url": url, "topics": ["orders"]})),
@@ -261,7 +263,11 @@ mod tests {
             .unwrap();
             assert!(blocked_address(&ep, allow).is_some(), "{url}");
         }
-        for url in ["http://127.0.0.1:9/x", "http://example.com/x"] {
+        for url in [
+            "http://127.0.0.1:9/x",
+            "http://example.com/x",
+            "mqtt://127.0.0.1:1883/a/b",
+        ] {
             let ep = api_endpoint(
                 &row("x", serde_json::json!({"url": url, "topics": ["orders"]})),
                 &c,

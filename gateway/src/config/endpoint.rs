@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use http::{HeaderName, HeaderValue, Uri};
+use http::{HeaderName, HeaderValue};
 
 use super::raw::{RawEndpoint, RawSecrets};
 use super::validate::Validator;
 use super::{EndpointConfig, EndpointSource, TopicConfig, defaults};
+use crate::delivery::Destination;
 use crate::model::Secret;
 use crate::policy::Policy;
 
@@ -21,6 +22,8 @@ const RESERVED_HEADERS: &[&str] = &[
     "svix-timestamp",
     "svix-signature",
     "hookgate-delivery-attempt",
+    "hookgate-event-type",
+    "hookgate-ordering-key",
     // Names the attempt's span; a configured value would put every attempt in one trace.
     "traceparent",
     "content-length",
@@ -41,7 +44,7 @@ impl Validator<'_> {
         let path = format!("endpoints.{name}");
         let before = self.problems.len();
         self.name(&path, name);
-        let url = self.endpoint_url(&path, &raw.url);
+        let destination = self.destination(&path, &raw.url);
         self.endpoint_topics(&path, &raw.topics, known.topics);
         let type_matcher = self.type_matcher(&path, &raw.types);
         if let Some(policy) = &raw.policy {
@@ -65,8 +68,21 @@ impl Validator<'_> {
         let transform = self.binding(&format!("{path}.transform"), raw.transform);
         let signer = self.binding(&format!("{path}.signer"), raw.signer);
         let backoff = self.binding(&format!("{path}.backoff"), raw.backoff);
+        if let Some(destination) = destination.as_ref().filter(|d| !d.is_http()) {
+            self.http_only(
+                &path,
+                destination,
+                raw.auth.is_some(),
+                raw.tls.is_some(),
+                raw.proxy.is_some(),
+            );
+        }
         let auth = self.outbound_auth(&path, raw.auth, &headers);
-        let route = self.route(&path, raw.tls, raw.proxy.as_deref(), url.as_ref());
+        let http_url = match &destination {
+            Some(Destination::Http(url)) => Some(url),
+            _ => None,
+        };
+        let route = self.route(&path, raw.tls, raw.proxy.as_deref(), http_url);
         let signature = self.signature(&path, raw.signature, &secrets, signer.is_some());
         if let Some(tenant) = &raw.tenant {
             self.name(&format!("{path}.tenant"), tenant);
@@ -84,7 +100,7 @@ impl Validator<'_> {
         }
         Some(EndpointConfig {
             name: Arc::from(name),
-            url: url?,
+            destination: destination?,
             topics: raw.topics,
             types: raw.types,
             type_matcher,
@@ -114,18 +130,26 @@ impl Validator<'_> {
         })
     }
 
-    fn endpoint_url(&mut self, path: &str, url: &str) -> Option<Uri> {
-        self.parse(&format!("{path}.url"), url, |s| {
-            let uri: Uri = s.parse().map_err(|e| format!("`{s}` is not a URL: {e}"))?;
-            match uri.scheme_str() {
-                Some("http" | "https") => {}
-                _ => return Err(format!("`{s}` must start with http:// or https://")),
+    /// Where the endpoint's messages go: the URL's scheme chooses the transport.
+    fn destination(&mut self, path: &str, url: &str) -> Option<Destination> {
+        self.parse(&format!("{path}.url"), url, Destination::parse)
+    }
+
+    /// `auth`, `tls` and `proxy` are HTTP's: a broker's credentials are in its URL, its TLS
+    /// in its scheme, and it is dialled directly.
+    fn http_only(&mut self, path: &str, destination: &Destination, auth: bool, tls: bool, proxy: bool) {
+        for (key, set) in [("auth", auth), ("tls", tls), ("proxy", proxy)] {
+            if set {
+                self.problem(
+                    &format!("{path}.{key}"),
+                    format!(
+                        "applies to http(s) endpoints only; a {} endpoint takes its credentials \
+                         from its URL and its TLS from the scheme",
+                        destination.kind()
+                    ),
+                );
             }
-            if uri.host().is_none_or(str::is_empty) {
-                return Err(format!("`{s}` has no host"));
-            }
-            Ok(uri)
-        })
+        }
     }
 
     fn endpoint_topics(&mut self, path: &str, wanted: &[String], topics: &BTreeMap<String, TopicConfig>) {

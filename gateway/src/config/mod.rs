@@ -34,7 +34,7 @@ use ipnet::IpNet;
 use rustls::pki_types::CertificateDer;
 
 use crate::delivery::signing::SignatureScheme;
-use crate::delivery::{OutboundAuth, ProxyAddr, Route};
+use crate::delivery::{Destination, OutboundAuth, ProxyAddr, Route};
 use crate::health::HealthRules;
 use crate::model::{PluginBinding, Secret, Timestamp};
 use crate::policy::Policy;
@@ -247,7 +247,8 @@ pub struct TopicConfig {
 #[derive(Debug, Clone)]
 pub struct EndpointConfig {
     pub name: Arc<str>,
-    pub url: Uri,
+    /// Where its messages go, chosen by the URL's scheme (README "Destinations").
+    pub destination: Destination,
     pub topics: Vec<String>,
     pub types: Vec<String>,
     type_matcher: Option<GlobSet>,
@@ -309,7 +310,7 @@ impl PartialEq for EndpointConfig {
     /// follows from `types`.
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name
-            && self.url == other.url
+            && self.destination == other.destination
             && self.topics == other.topics
             && self.types == other.types
             && self.policy == other.policy

@@ -239,7 +239,9 @@ pub struct RawBinding {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEndpoint {
-    /// Where events are POSTed: `http://` or `https://`.
+    /// Where events go; the scheme chooses the transport: `http(s)://` (a POST),
+    /// `nats://` or `tls://` (JetStream), `amqp(s)://` (RabbitMQ), `redis(s)://` (a stream),
+    /// `mqtt(s)://` (MQTT 5). README "Destinations" has the forms.
     pub url: String,
     /// The topics this endpoint receives.
     pub topics: Vec<String>,

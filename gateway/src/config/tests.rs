@@ -55,7 +55,7 @@ fn a_full_config_loads_with_every_setting() {
     assert_eq!(c.delivery.timeout, Duration::from_secs(5));
     assert_eq!(c.delivery.allow_networks.len(), 2);
     let ep = &c.endpoints["billing"];
-    assert_eq!(ep.url.host(), Some("billing.example.com"));
+    assert_eq!(ep.destination.host(), Some("billing.example.com"));
     assert_eq!(ep.secrets[0].expose(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     assert!(ep.subscribes_to("orders", "order.created"));
     assert!(!ep.subscribes_to("orders", "invoice.created"));
@@ -396,4 +396,32 @@ fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
             .to_string();
         assert!(err.contains("delivery.ca_certs[0]") && err.contains(why), "{err}");
     }
+}
+
+#[test]
+fn a_broker_url_chooses_the_destination_and_http_only_keys_are_refused_on_it() {
+    let ok = load(
+        "topics:\n  t: {}\nendpoints:\n  n:\n    url: nats://u:hunter2@127.0.0.1:4222/orders.created\n    topics: [t]\n",
+    )
+    .unwrap();
+    let ep = &ok.endpoints["n"];
+    assert_eq!(ep.destination.kind(), "nats");
+    assert_eq!(ep.destination.target().unwrap(), "subject orders.created");
+    assert!(!format!("{ep:?}").contains("hunter2"));
+
+    let p = problems(
+        "topics:\n  t: {}\nendpoints:\n  r:\n    url: redis://127.0.0.1/0?stream=s\n    topics: [t]\n    auth: { bearer: x }\n    proxy: http://127.0.0.1:3128\n  bad:\n    url: amqp://u:hunter2@h/%2f?queue=x\n    topics: [t]\n",
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.contains("endpoints.r.auth: applies to http(s) endpoints only")),
+        "{p:#?}"
+    );
+    assert!(p.iter().any(|l| l.contains("endpoints.r.proxy:")), "{p:#?}");
+    assert!(
+        p.iter()
+            .any(|l| l.contains("endpoints.bad.url:") && l.contains("unknown query key `queue`")),
+        "{p:#?}"
+    );
+    assert!(!p.iter().any(|l| l.contains("hunter2")), "{p:#?}");
 }

@@ -75,6 +75,33 @@ impl GuardedConnector {
     pub async fn connect(&self, uri: &Uri) -> Result<TcpStream, DeliveryError> {
         let port = port_of(uri)?;
         let host = uri.host().ok_or(DeliveryError::NoHost)?;
+        self.connect_to(host, port).await
+    }
+
+    /// Opens a TCP connection to `host:port` (a broker's address), or says which rule refused
+    /// it.
+    pub async fn connect_to(&self, host: &str, port: u16) -> Result<TcpStream, DeliveryError> {
+        let allowed = self.judge(host, port).await?;
+        let stream = match &self.proxy {
+            None => connect_first(allowed).await?,
+            Some(proxy) => self.tunnel(proxy, allowed[0]).await?,
+        };
+        // Webhook requests are small and latency matters more than packet count.
+        stream
+            .set_nodelay(true)
+            .map_err(|source| DeliveryError::Connect {
+                addr: stream
+                    .peer_addr()
+                    .unwrap_or_else(|_| SocketAddr::from(([0; 4], port))),
+                source,
+            })?;
+        Ok(stream)
+    }
+
+    /// Resolves `host` once and returns the addresses the allow list lets through, families
+    /// interleaved; never empty. For clients that dial by themselves: they get an address
+    /// judged here, never the name.
+    pub async fn judge(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, DeliveryError> {
         let resolved = self.resolve(host).await?;
         let allow = self.allow.load();
         let mut allowed = Vec::with_capacity(resolved.len());
@@ -97,21 +124,7 @@ impl GuardedConnector {
                 host: host.to_owned(),
             }));
         }
-        let allowed = interleave_families(allowed);
-        let stream = match &self.proxy {
-            None => connect_first(allowed).await?,
-            Some(proxy) => self.tunnel(proxy, allowed[0]).await?,
-        };
-        // Webhook requests are small and latency matters more than packet count.
-        stream
-            .set_nodelay(true)
-            .map_err(|source| DeliveryError::Connect {
-                addr: stream
-                    .peer_addr()
-                    .unwrap_or_else(|_| SocketAddr::from(([0; 4], port))),
-                source,
-            })?;
-        Ok(stream)
+        Ok(interleave_families(allowed))
     }
 
     /// A connection to `target` through `proxy`: TCP to the proxy, `CONNECT target`, a 2xx.

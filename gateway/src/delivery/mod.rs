@@ -1,8 +1,16 @@
-//! Outgoing HTTP: one attempt of one delivery (README "How delivery works").
+//! The transports: one attempt of one delivery to its destination (README "How delivery
+//! works", "Destinations").
 //!
-//! - [`Sender`] owns one pooled keep-alive client (hyper + rustls) and sends one attempt:
-//!   a whole-request timeout in real time, redirects never followed, the response mapped to an
-//!   [`Outcome`](crate::model::Outcome).
+//! - [`Destination`] is where an endpoint's messages go, chosen from the URL's scheme in
+//!   [`Destination::parse`]; [`Sender::send`] takes an [`OutgoingMessage`] (headers and a body)
+//!   there by the transport of its kind and answers an [`Outcome`](crate::model::Outcome).
+//!   A new kind is a file here, a variant of [`Destination`], and its arm in `parse` and in
+//!   `send` (ARCHITECTURE.md, "Where to add a feature").
+//! - `http` owns one pooled keep-alive client (hyper + rustls): a whole-request timeout in
+//!   real time, redirects never followed, the response's status deciding.
+//! - `nats`, `amqp`, `redis` and `mqtt` publish to brokers over one long-lived connection per
+//!   broker (`links`), dialled to an address the SSRF guard judged, with TLS that checks the
+//!   URL's host name (`broker`).
 //! - [`connector`] is the SSRF guard on the wire: it resolves a host once, judges every
 //!   address with [`ssrf::check`], and connects only to an address it judged, so a DNS answer
 //!   that changes between check and connect (rebinding) cannot reach a blocked address.
@@ -14,13 +22,21 @@
 //!
 //! Name resolution goes through the [`Resolve`] trait so that tests never query real DNS.
 
+mod amqp;
 pub mod auth;
-mod client;
+mod broker;
 pub mod connector;
+mod destination;
+mod http;
+mod links;
+mod mqtt;
+mod nats;
 mod oauth2;
+mod redis;
 mod resolve;
 mod retry_after;
 pub mod route;
+mod sender;
 pub mod signing;
 pub mod ssrf;
 
@@ -30,14 +46,17 @@ pub(crate) mod tests;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+pub use amqp::AmqpTarget;
 pub use auth::{OAuth2Client, OutboundAuth};
-pub use client::{
-    BODY_EXCERPT_BYTES, OutgoingRequest, POOL_IDLE_TIMEOUT, RECORDED_BODY_BYTES, SendResult, Sender,
-    SenderOptions, validate_url,
-};
+pub use destination::{BrokerAddress, Destination, masked_uri};
+pub use http::{BODY_EXCERPT_BYTES, POOL_IDLE_TIMEOUT, RECORDED_BODY_BYTES, validate_url};
+pub use mqtt::MqttTarget;
+pub use nats::NatsTarget;
+pub use redis::RedisTarget;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use retry_after::{RETRY_AFTER_CAP, parse_retry_after};
 pub use route::{ClientIdentity, ProxyAddr, Route};
+pub use sender::{OutgoingMessage, SendResult, Sender, SenderOptions};
 
 use crate::model::ErrorKind;
 
@@ -55,7 +74,7 @@ pub enum DeliveryError {
     /// A signing secret is unusable; the text says why without repeating the secret.
     #[error("invalid signing secret: {0}")]
     InvalidSecret(&'static str),
-    /// Only `http` and `https` URLs are delivered to.
+    /// An HTTP request goes only to an `http` or `https` URL.
     #[error("unsupported URL scheme `{0}` (only http and https)")]
     UnsupportedScheme(String),
     /// The URL names no host to connect to.

@@ -19,7 +19,7 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use sha2::{Digest as _, Sha256};
 
 use super::auth::{OAuth2Client, header_safe};
-use super::client::{HttpClient, classify_client_error};
+use super::http::{HttpClient, classify_client_error};
 use crate::model::{Secret, Timestamp};
 
 /// A token is renewed this long before the server says it expires (at most half its lifetime),

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ::http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -232,11 +232,12 @@ fn sender(allow: &[&str]) -> Sender {
     Sender::with_resolver(options(allow), ScriptedResolver::new(&[])).unwrap()
 }
 
-fn request(url: Uri) -> OutgoingRequest {
+fn request(url: Uri) -> OutgoingMessage {
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
-    OutgoingRequest {
-        url,
+    OutgoingMessage {
+        destination: Destination::Http(url),
+        message_id: "msg_1".to_owned(),
         headers,
         body: Bytes::from_static(br#"{"n":1}"#),
         timeout: Duration::from_secs(5),
@@ -285,7 +286,7 @@ async fn a_2xx_is_delivered_with_the_body_intact() {
     let result = sender(&["127.0.0.0/8"])
         .send(request(server.url("/hook")), NOW)
         .await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 204 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(204) });
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].path, "/hook");
@@ -306,7 +307,7 @@ async fn headers_sent_are_the_callers_plus_user_agent_host_and_content_length() 
     req.headers
         .insert("connection", HeaderValue::from_static("close"));
     let result = sender(&["127.0.0.0/8"]).send(req, NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
 
     let seen = server.seen();
     let h = &seen[0].headers;
@@ -493,7 +494,7 @@ async fn a_2xx_head_in_time_counts_even_if_the_body_never_finishes() {
     let mut req = request(server.url("http"));
     req.timeout = Duration::from_millis(200);
     let result = sender(&["127.0.0.0/8"]).send(req, NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
     assert!(result.duration < Duration::from_secs(2));
 }
 
@@ -672,7 +673,7 @@ async fn an_ipv4_mapped_loopback_url_is_allowed_by_the_ipv4_entry() {
         .parse()
         .unwrap();
     let result = sender(&["127.0.0.0/8"]).send(request(url), NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
 }
 
 #[tokio::test]
@@ -681,7 +682,7 @@ async fn localhost_is_reachable_once_loopback_is_allowed() {
     let sender = Sender::new(options(&["127.0.0.0/8"])).unwrap();
     let url = format!("http://localhost:{}/", server.port()).parse().unwrap();
     let result = sender.send(request(url), NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
 }
 
 #[tokio::test]
@@ -754,7 +755,7 @@ async fn dns_answers_are_pinned_a_second_different_answer_is_never_used() {
     let sender = Sender::with_resolver(options(&["127.0.0.1/32"]), resolver.clone()).unwrap();
     let url: Uri = format!("http://rebind.test:{}/", server.port()).parse().unwrap();
     let result = sender.send(request(url), NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
     assert_eq!(resolver.calls("rebind.test"), 1, "one lookup per connection");
     assert_eq!(server.seen().len(), 1);
     assert_eq!(decoy.connections(), 0);
@@ -781,7 +782,7 @@ async fn blocked_answers_are_dropped_and_only_allowed_ones_are_dialled() {
     let sender = Sender::with_resolver(options(&["127.0.0.1/32"]), resolver).unwrap();
     let url: Uri = format!("http://mixed.test:{}/", server.port()).parse().unwrap();
     let result = sender.send(request(url), NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
     assert_eq!(decoy.connections(), 0);
     assert_eq!(server.connections(), 1);
 }
@@ -795,7 +796,7 @@ async fn an_unreachable_first_address_falls_back_to_the_next() {
     let sender = Sender::with_resolver(options(&["127.0.0.0/8"]), resolver).unwrap();
     let url: Uri = format!("http://two.test:{port}/").parse().unwrap();
     let result = sender.send(request(url), NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -821,7 +822,7 @@ async fn https_to_a_server_of_a_configured_ca_is_delivered() {
     let (port, served) = tls_server(&pki).await;
     let url: Uri = format!("https://localhost:{port}/hooks").parse().unwrap();
     let result = tls_sender(vec![pki.ca.clone()]).send(request(url), NOW).await;
-    assert_eq!(result.outcome, Outcome::Delivered { status: 200 });
+    assert_eq!(result.outcome, Outcome::Delivered { status: Some(200) });
     assert_eq!(served.load(Ordering::SeqCst), 1);
 }
 
@@ -926,4 +927,60 @@ async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_connect() {
         "{detail}"
     );
     assert!(target.seen().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Broker destinations: the same SSRF guard (loopback spellings only)
+// ---------------------------------------------------------------------------------------
+
+/// A message for a broker URL.
+fn message_to(url: &str) -> OutgoingMessage {
+    let mut req = request("http://unused.invalid/".parse().unwrap());
+    req.destination = Destination::parse(url).unwrap();
+    req
+}
+
+#[tokio::test]
+async fn a_broker_at_a_blocked_address_is_never_dialled() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let _server = tokio::spawn(async move {
+        while let Ok((_stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let resolver = ScriptedResolver::new(&[("broker.test", &[&["127.0.0.1"]])]);
+    let sender = Sender::with_resolver(options(&[]), resolver).unwrap();
+    for url in [
+        format!("nats://127.0.0.1:{port}/orders"),
+        format!("amqp://guest:guest@broker.test:{port}/%2f?exchange=x&routing_key=k"),
+        format!("redis://[::ffff:127.0.0.1]:{port}/0?stream=s"),
+        format!("mqtt://broker.test:{port}/shop/orders"),
+    ] {
+        let result = sender.send(message_to(&url), NOW).await;
+        assert_eq!(kind_of(&result.outcome), Some(ErrorKind::BlockedAddress), "{url}");
+        assert!(detail_of(&result.outcome).contains("loopback"), "{url}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_broker_that_refuses_the_connection_is_a_connect_failure_and_the_next_attempt_fails_at_once() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let sender = sender(&["127.0.0.0/8"]);
+    let url = format!("redis://127.0.0.1:{port}/0?stream=s");
+    let first = sender.send(message_to(&url), NOW).await;
+    assert_eq!(kind_of(&first.outcome), Some(ErrorKind::Connect), "{first:?}");
+    assert_eq!(first.outcome.status_code(), None);
+    let second = sender.send(message_to(&url), NOW).await;
+    assert_eq!(kind_of(&second.outcome), Some(ErrorKind::Connect));
+    assert!(
+        detail_of(&second.outcome).contains("next connection try"),
+        "{second:?}"
+    );
 }

@@ -23,7 +23,8 @@ pub enum Classification {
 /// - `all` retries every failure except 410 Gone: a 3xx, a 4xx, a blocked address
 ///   may all be a receiver's passing mistake, and the schedule is bounded anyway.
 /// - `sns` retries what SNS retries: 5xx, 429, timeouts and connection errors (connect, DNS,
-///   TLS, and `auth`: the token server's failure kept the request from being sent); every
+///   TLS, and `auth`: the token server's failure kept the request from being sent), and a
+///   broker's `rejected` (its 5xx); every
 ///   other failure is permanent. A 410 is `Gone` under `sns` too, so the health
 ///   machine still disables the endpoint.
 ///
@@ -44,6 +45,9 @@ pub fn classify(retry_on: RetryOn, outcome: &Outcome) -> Classification {
         ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Dns | ErrorKind::Tls | ErrorKind::Auth => {
             Classification::Retryable
         }
+        // A broker's refusal is its 5xx: it may take the message once its queue, stream or
+        // permissions are fixed.
+        ErrorKind::Rejected => Classification::Retryable,
         ErrorKind::HttpStatus => match status {
             Some(429) | Some(500..=599) => Classification::Retryable,
             _ => Classification::Permanent,
@@ -74,8 +78,8 @@ mod tests {
     /// (outcome, under `all`, under `sns`)
     fn table() -> Vec<(Outcome, Classification, Classification)> {
         vec![
-            (Outcome::Delivered { status: 200 }, Success, Success),
-            (Outcome::Delivered { status: 204 }, Success, Success),
+            (Outcome::Delivered { status: Some(200) }, Success, Success),
+            (Outcome::Delivered { status: Some(204) }, Success, Success),
             (http(500), Retryable, Retryable),
             (http(502), Retryable, Retryable),
             (http(503), Retryable, Retryable),
@@ -96,6 +100,7 @@ mod tests {
             (failed(ErrorKind::Tls, None), Retryable, Retryable),
             (failed(ErrorKind::PluginError, None), Retryable, Retryable),
             (failed(ErrorKind::Auth, None), Retryable, Retryable),
+            (failed(ErrorKind::Rejected, None), Retryable, Retryable),
             (failed(ErrorKind::BlockedAddress, None), Retryable, Permanent),
             (failed(ErrorKind::EndpointPaused, None), Permanent, Permanent),
             (failed(ErrorKind::EndpointRemoved, None), Permanent, Permanent),

@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_success_is_done() {
-        let outcome = Outcome::Delivered { status: 200 };
+        let outcome = Outcome::Delivered { status: Some(200) };
         assert_eq!(
             plan_next(&Policy::standard(), &ctx(1, at_hours(0.0), &outcome)),
             NextStep::Done

@@ -698,7 +698,7 @@ impl Actor {
                 "attempt failed"
             ),
             AttemptResult::Sent(Outcome::Delivered { status }) => tracing::debug!(
-                delivery = %item.id, endpoint = %item.endpoint, attempt = n, status_code = status,
+                delivery = %item.id, endpoint = %item.endpoint, attempt = n, status_code = ?status,
                 trace_id = %report.trace_id, "attempt delivered"
             ),
             AttemptResult::Dropped { reason } => tracing::debug!(

@@ -209,7 +209,7 @@ mod tests {
         use DeliveryStatus::{Dead, Failed, Pending, Succeeded};
         use Endpoint::{Active, DeadLetter, Paused, Removed};
         use HealthInputKind::{Failure, Success};
-        let delivered = || AttemptResult::Sent(Outcome::Delivered { status: 204 });
+        let delivered = || AttemptResult::Sent(Outcome::Delivered { status: Some(204) });
         let server_error = || failed(ErrorKind::HttpStatus, Some(503));
         let cases = [
             Case {

@@ -355,3 +355,43 @@ async fn wait_gone(browser: &Browser, text: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_endpoint_shows_where_its_events_went_and_what_the_broker_answered() {
+    use crate::destinations::Fixture as _;
+    let Some(stream) = crate::destinations::redis::RedisFixture::new().await else {
+        return;
+    };
+    let Some(browser) = browser().await else { return };
+    let url = stream.url(stream.broker_addr());
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{ADMIN}]\ntopics:\n  orders: {{}}\nendpoints:\n  stream:\n    url: '{url}'\n    topics: [orders]\n"
+    ))
+    .await;
+    gw.ingest("orders", "order.created", json!({"id": 7})).await;
+    crate::destinations::common::wait_received(&stream, 1).await;
+    gw.settle().await;
+
+    sign_in(&browser, &gw, ADMIN).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
+    browser.wait_for_text("redis").await;
+    browser
+        .goto(&format!("{}/console/#/endpoints/stream", gw.base))
+        .await;
+    browser.wait_for_text("redis: stream ").await;
+    browser.click("#test").await;
+    browser.wait_for_text("XADD: entry").await;
+    assert!(browser.page_text().await.contains("Delivered to stream "));
+
+    browser.goto(&format!("{}/console/#/deliveries", gw.base)).await;
+    browser.click("table a[href^='#/deliveries/dlv_']").await;
+    browser.wait_for_text("accepted").await;
+    let text = browser.page_text().await;
+    assert!(text.contains("XADD: entry"), "{text}");
+    for broken in ["undefined", "[object Object]", "NaN"] {
+        assert!(!text.contains(broken), "{broken} on the page: {text}");
+    }
+    browser.close().await;
+    stream.cleanup().await;
+}

@@ -21,6 +21,7 @@ mod connections;
 mod console;
 mod crash_recovery;
 mod dead_letter;
+mod destinations;
 mod disk_faults;
 mod ed25519_signatures;
 mod endpoints_api;

@@ -350,3 +350,38 @@ async fn endpoint_commands_create_change_rotate_and_delete_an_endpoint() {
     let (ok, _, err) = run(with(&["endpoint", "cli-made"])).await;
     assert!(!ok && err.contains("404"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_test_prints_a_status_for_http_and_the_target_and_answer_for_a_broker() {
+    use crate::destinations::Fixture as _;
+    let Some(stream) = crate::destinations::redis::RedisFixture::new().await else {
+        return;
+    };
+    let sink = Sink::start().await;
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [ops-key]\ntopics:\n  t: {{}}\nendpoints:\n  web:\n    url: {}\n    topics: [t]\n  stream:\n    url: '{}'\n    topics: [t]\n",
+        sink.url("/"),
+        stream.url(stream.broker_addr())
+    ))
+    .await;
+    let target = ["--url", gw.base.as_str(), "--api-key", "ops-key"];
+    let args = |name: &str| -> Vec<String> {
+        ["endpoint", "test", name]
+            .iter()
+            .chain(target.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let (ok, out, err) = run(args("web")).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("web: delivered"), "{out}");
+    assert!(out.contains("status") && out.contains("200"), "{out}");
+    let (ok, out, err) = run(args("stream")).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("stream: delivered"), "{out}");
+    assert!(out.contains("kind                  redis"), "{out}");
+    assert!(out.contains("target                stream hgtest_"), "{out}");
+    assert!(out.contains("answer                XADD: entry"), "{out}");
+    assert_eq!(stream.received().await.len(), 1);
+    stream.cleanup().await;
+}

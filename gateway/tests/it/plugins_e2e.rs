@@ -558,3 +558,36 @@ async fn plugin_check_passes_config_entries_to_the_sample_call() {
     assert!(!ok);
     assert!(err.contains("KEY=VALUE"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_and_a_signer_shape_what_a_broker_receives_too() {
+    use crate::destinations::Fixture as _;
+    let Some(stream) = crate::destinations::redis::RedisFixture::new().await else {
+        return;
+    };
+    let dir = dir_with_plugins(&["cloudevents", "github-signature"]).await;
+    let gw = TestGateway::start_in(
+        dir,
+        &format!(
+            "topics:\n  shop: {{}}\nendpoints:\n  ce:\n    url: '{}'\n    topics: [shop]\n    secret: \"It's a Secret to Everybody\"\n    transform: {{ plugin: cloudevents, config: {{ source: /shop }} }}\n    signer: {{ plugin: github-signature }}\n",
+            stream.url(stream.broker_addr())
+        ),
+        clock(),
+    )
+    .await;
+    let accepted = gw.ingest("shop", "order.created", json!({"id": 42})).await;
+    let got = crate::destinations::common::wait_received(&stream, 1).await;
+    let message = &got[0];
+    let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap();
+    assert_eq!(body["specversion"], "1.0", "{body}");
+    assert_eq!(body["source"], "/shop");
+    let mut mac = Hmac::<Sha256>::new_from_slice(b"It's a Secret to Everybody").unwrap();
+    mac.update(&message.body);
+    assert_eq!(
+        message.header("x-hub-signature-256"),
+        Some(format!("sha256={}", hex::encode(mac.finalize().into_bytes())).as_str())
+    );
+    assert_eq!(message.header("webhook-signature"), None);
+    assert_eq!(message.header("webhook-id"), accepted["id"].as_str());
+    stream.cleanup().await;
+}

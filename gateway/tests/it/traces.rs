@@ -462,3 +462,31 @@ fn the_telemetry_section_is_checked_like_every_other() {
         "an endpoint cannot set traceparent: {refused}"
     );
 }
+
+#[tokio::test]
+async fn a_broker_attempts_span_names_the_messaging_system_and_destination() {
+    use crate::destinations::Fixture as _;
+    let Some(stream) = crate::destinations::redis::RedisFixture::new().await else {
+        return;
+    };
+    let collector = Collector::start().await;
+    let gw = TestGateway::start(&format!(
+        "telemetry:\n  otlp_endpoint: http://{}\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: '{}'\n    topics: [t]\n",
+        collector.addr,
+        stream.url(stream.broker_addr())
+    ))
+    .await;
+    gw.ingest("t", "x", json!({})).await;
+    let spans = collector.wait_for(2, WAIT).await;
+    let attempt = spans
+        .iter()
+        .find(|s| s.attr("hookgate.attempt").is_some())
+        .expect("an attempt span");
+    assert_eq!(attempt.text("messaging.system").as_deref(), Some("redis"));
+    let name = attempt.text("messaging.destination.name").unwrap();
+    assert!(name.starts_with("hgtest_"), "{name}");
+    assert_eq!(attempt.text("messaging.operation.type").as_deref(), Some("send"));
+    assert_eq!(attempt.attr("http.request.method"), None);
+    assert_eq!(attempt.attr("http.response.status_code"), None);
+    stream.cleanup().await;
+}

@@ -86,16 +86,22 @@ export async function deliveryView(main, { args, refresh }) {
 }
 
 function attempt(a) {
-  const good = a.status_code && a.status_code >= 200 && a.status_code < 300;
+  // A broker has no status code: a delivered attempt is one without an error that recorded
+  // the broker's answer (a transform's drop records neither).
+  const broker = !a.status_code && !a.error_kind && Boolean(a.response_body);
+  const good = broker || (a.status_code && a.status_code >= 200 && a.status_code < 300);
   const headers = (list) => table(['Header', 'Value'], (list || []).map((x) => [h('span', { class: 'mono' }, x.name), h('span', { class: 'mono' }, x.value)]), 'none');
+  let verdict = badge(a.error_kind || 'failed', 'failed');
+  if (a.status_code) verdict = badge(String(a.status_code), good ? 'succeeded' : 'failed');
+  else if (broker) verdict = badge('accepted', 'succeeded');
   return h('article', { class: `attempt card ${good ? 'good' : 'bad'}` },
-    h('h3', {}, `Round ${a.round}, attempt ${a.n}: `,
-      a.status_code ? badge(String(a.status_code), good ? 'succeeded' : 'failed') : badge(a.error_kind || 'failed', 'failed'),
+    h('h3', {}, `Round ${a.round}, attempt ${a.n}: `, verdict,
       ' ', h('span', { class: 'muted' }, `${a.duration_ms} ms, `), ago(a.started_at)),
+    broker ? h('p', { class: 'broker-answer' }, a.response_body) : null,
     a.error ? h('p', { class: 'attempt-error' }, h('strong', {}, a.error_kind ? `${a.error_kind}: ` : ''), a.error) : null,
     a.plugins ? h('p', { class: 'muted' }, `Plugins: ${a.plugins}`) : null,
-    h('details', {}, h('summary', {}, 'Request headers sent'), headers(a.request_headers)),
-    h('details', { open: !good }, h('summary', {}, 'Response'),
+    h('details', {}, h('summary', {}, broker ? 'Headers sent to the broker' : 'Request headers sent'), headers(a.request_headers)),
+    h('details', { open: !good }, h('summary', {}, broker ? 'The broker’s answer' : 'Response'),
       headers(a.response_headers),
       a.response_body ? h('pre', {}, a.response_body) : h('p', { class: 'muted' }, 'No body.')));
 }

@@ -36,7 +36,9 @@ export async function endpointView(main, { args, refresh }) {
     show(notice('Sending a test event…'));
     const r = await post(`${path}/test`, {});
     show(notice(r.delivered
-      ? `Delivered: ${r.status_code} in ${r.duration_ms} ms.`
+      ? (r.answer
+        ? `Delivered to ${r.target} in ${r.duration_ms} ms. ${r.answer}`
+        : `Delivered: ${r.status_code} in ${r.duration_ms} ms.`)
       : `Not delivered: ${r.error_kind || r.dropped || 'failed'}${r.status_code ? ` (${r.status_code})` : ''}${r.error ? ` — ${r.error}` : ''}`,
     r.delivered ? 'ok' : 'error'));
   }) }, 'Send test event');
@@ -83,6 +85,7 @@ export async function endpointView(main, { args, refresh }) {
 function settings(ep) {
   const rows = [
     ['URL', h('span', { class: 'mono' }, ep.url)],
+    ['Kind', ep.target ? `${ep.kind}: ${ep.target}` : ep.kind],
     ['Source', badge(ep.source)],
     ['Tenant', ep.tenant || 'none (every tenant’s events)'],
     ['Topics', ep.topics.join(', ')],

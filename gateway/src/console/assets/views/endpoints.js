@@ -29,10 +29,11 @@ export async function endpointsView(main, { params, me }) {
       h('a', { class: 'button', href: '#/endpoints/new', id: 'new-endpoint' }, 'New endpoint')),
     h('p', { class: 'muted' }, `${shown.length} of ${list.endpoints.length} endpoints`),
     table(
-      ['Name', 'State', { text: 'Failures', attrs: { class: 'num' } }, 'Last success',
+      ['Name', 'Kind', 'State', { text: 'Failures', attrs: { class: 'num' } }, 'Last success',
         { text: 'Tenant', attrs: { class: 'optional' } }, { text: 'Source', attrs: { class: 'optional' } }],
       shown.map((e) => [
         h('a', { href: `#/endpoints/${seg(e.name)}` }, e.name),
+        e.kind,
         badge(e.state),
         cell(String(e.consecutive_failures), { class: 'num' }),
         ago(e.last_success_at),
@@ -53,7 +54,7 @@ export async function endpointFormView(main, { args, me }) {
   const status = h('div', {});
   const input = (name, value, attrs = {}) => h('input', { name, id: `f-${name}`, value: value || '', ...attrs });
   const nameInput = editing ? null : input('name', '', { placeholder: 'generated when empty', pattern: '[A-Za-z0-9][A-Za-z0-9._\\-]{0,63}' });
-  const urlInput = input('url', current && current.url, { type: 'url', required: true, placeholder: 'https://example.com/webhooks', size: 40 });
+  const urlInput = input('url', current && current.url, { type: 'url', required: true, placeholder: 'https://example.com/webhooks or nats://host:4222/subject', size: 40 });
   const typesInput = input('types', current && current.types.join(', '), { placeholder: 'order.*, invoice.paid (empty: all)' });
   const descInput = input('description', current && current.description);
   const tenantInput = !editing && me.admin ? input('tenant', '', { placeholder: 'none: every tenant’s events' }) : null;

@@ -1,11 +1,12 @@
-//! [`Sender`]: one attempt of one delivery over a pooled keep-alive client.
+//! HTTP(S): one `POST` per attempt over a pooled keep-alive client, the transport of
+//! `http://` and `https://` destinations.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -20,14 +21,14 @@ use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use ipnet::IpNet;
 
 use super::auth::{OutboundAuth, bearer};
 use super::connector::{GuardedConnector, SharedAllowList};
 use super::oauth2::TokenCache;
 use super::route::{ClientIdentity, ProxyAddr, Route, RouteKey};
+use super::sender::{OutgoingMessage, SenderOptions};
 use super::signing::WEBHOOK_SIGNATURE;
-use super::{DeliveryError, Resolve, SystemResolver, describe_io, parse_retry_after};
+use super::{DeliveryError, Resolve, describe_io, parse_retry_after};
 use crate::model::{ErrorKind, Exchange, MASKED, Outcome, Secret, Timestamp};
 
 /// How much of a failed response's body is kept for the attempt's error text.
@@ -40,10 +41,6 @@ pub const RECORDED_BODY_BYTES: usize = 4 * 1024;
 /// load balancers and servers, so the gateway closes first and rarely writes into a
 /// connection the receiver is tearing down.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(55);
-
-/// Longest timeout honoured for one attempt; larger values are clamped (keeps the deadline
-/// arithmetic far from overflow).
-const MAX_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Headers that describe one connection rather than the message. hyper writes its own
 /// `Host`, `Content-Length` and framing; a caller's copies would contradict them (and are
@@ -64,71 +61,10 @@ const ALWAYS_MASKED: [HeaderName; 3] = [AUTHORIZATION, PROXY_AUTHORIZATION, WEBH
 
 pub(super) type HttpClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
 
-/// How the one shared HTTP client behaves.
-#[derive(Clone, Debug)]
-pub struct SenderOptions {
-    /// CIDRs exempt from the private-address block (`delivery.allow_networks`).
-    pub allow_networks: Vec<IpNet>,
-    /// Idle keep-alive connections kept per host.
-    pub max_idle_per_host: usize,
-    /// Certificate authorities trusted besides Mozilla's roots (`delivery.ca_certs`).
-    pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
-    /// Sent as `User-Agent` unless the request carries its own, e.g. `hookgate/0.1`.
-    pub user_agent: String,
-    /// At most this much of a response body is read (and discarded) so the connection can be
-    /// reused; a longer body closes the connection instead.
-    pub max_response_body_bytes: usize,
-    /// The egress proxy of endpoints without one of their own (`delivery.proxy`).
-    pub proxy: Option<ProxyAddr>,
-}
-
-/// One attempt's request. `headers` go out as given (see [`Sender::send`]); the method is
-/// always `POST`.
-pub struct OutgoingRequest {
-    pub url: Uri,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// Whole-request timeout, real time.
-    pub timeout: Duration,
-    /// Headers whose values the attempt record masks, besides `Authorization`,
-    /// `Proxy-Authorization` and `webhook-signature` (e.g. the endpoint's configured headers,
-    /// a signer plugin's signatures).
-    pub masked: Vec<HeaderName>,
-    /// The endpoint's credentials, added as `Authorization` here, after every plugin ran.
-    pub auth: Option<Arc<OutboundAuth>>,
-    /// The endpoint's client certificate and proxy.
-    pub route: Route,
-}
-
-impl fmt::Debug for OutgoingRequest {
-    /// Header values may carry credentials (an endpoint's custom `Authorization`), so only
-    /// their names are shown.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OutgoingRequest")
-            .field("url", &self.url)
-            .field("header_names", &self.headers.keys().collect::<Vec<_>>())
-            .field("body_len", &self.body.len())
-            .field("timeout", &self.timeout)
-            .field("auth", &self.auth.is_some())
-            .field("route", &self.route)
-            .finish()
-    }
-}
-
-/// What one attempt came to, how long it took in real time, and what went over the wire.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SendResult {
-    pub outcome: Outcome,
-    pub duration: Duration,
-    /// The request headers sent (credentials and signatures masked) and the response's head
-    /// and first [`RECORDED_BODY_BYTES`].
-    pub exchange: Exchange,
-}
-
-/// Sends attempts. Cheap to clone: every clone shares the pooled keep-alive clients, the TLS
-/// configuration, the allow list and the OAuth2 tokens.
+/// Sends HTTP attempts. Cheap to clone: every clone shares the pooled keep-alive clients, the
+/// TLS configuration, the allow list and the OAuth2 tokens.
 #[derive(Clone)]
-pub struct Sender {
+pub(super) struct HttpSender {
     inner: Arc<Inner>,
 }
 
@@ -149,7 +85,7 @@ struct Inner {
     max_response_body_bytes: usize,
 }
 
-impl fmt::Debug for Sender {
+impl fmt::Debug for HttpSender {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sender")
             .field("allow_networks", &**self.inner.allow.load())
@@ -161,24 +97,16 @@ impl fmt::Debug for Sender {
     }
 }
 
-impl Sender {
-    /// A sender resolving names with the operating system's resolver.
-    pub fn new(opts: SenderOptions) -> Result<Sender, DeliveryError> {
-        Sender::with_resolver(opts, Arc::new(SystemResolver))
-    }
-
-    /// A sender resolving names with `resolver` (tests answer without touching DNS).
-    pub fn with_resolver(opts: SenderOptions, resolver: Arc<dyn Resolve>) -> Result<Sender, DeliveryError> {
+impl HttpSender {
+    /// An HTTP sender on the shared roots, resolver and allow list.
+    pub(super) fn new(
+        opts: &SenderOptions,
+        roots: Arc<rustls::RootCertStore>,
+        resolver: Arc<dyn Resolve>,
+        allow: SharedAllowList,
+    ) -> Result<HttpSender, DeliveryError> {
         let user_agent =
             HeaderValue::from_str(&opts.user_agent).map_err(|_| DeliveryError::InvalidUserAgent)?;
-        let allow: SharedAllowList = Arc::new(ArcSwap::from_pointee(opts.allow_networks));
-        // Mozilla's roots via webpki-roots: the same trust everywhere the gateway runs, not
-        // whatever the host's store happens to hold; plus the CAs the config names.
-        let mut roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        for cert in opts.extra_roots {
-            roots.add(cert)?;
-        }
-        let roots = Arc::new(roots);
         let client = make_client(
             &roots,
             &resolver,
@@ -193,39 +121,25 @@ impl Sender {
             roots,
             resolver,
             allow,
-            default_proxy: opts.proxy,
+            default_proxy: opts.proxy.clone(),
             tokens: TokenCache::default(),
             max_idle_per_host: opts.max_idle_per_host,
             user_agent,
             max_response_body_bytes: opts.max_response_body_bytes,
         };
-        Ok(Sender {
+        Ok(HttpSender {
             inner: Arc::new(inner),
         })
     }
 
-    /// Replaces the allow list (config hot reload). New connections are judged against it at
-    /// once. When a network is *removed*, the pools are also replaced, because an idle
-    /// keep-alive connection was judged under the old list and would otherwise keep reaching
-    /// a now-forbidden address; attempts already running finish on their connection.
-    pub fn set_allow_networks(&self, nets: Vec<IpNet>) {
-        let old = self.inner.allow.swap(Arc::new(nets));
-        let new = self.inner.allow.load();
-        let revoked = old
-            .iter()
-            .any(|old_net| !new.iter().any(|new_net| new_net.contains(old_net)));
-        if revoked {
-            // Building the default route's client succeeded at start with the same inputs.
-            if let Ok(client) = self.inner.build_client(None, self.inner.default_proxy.clone()) {
-                self.inner.client.store(Arc::new(client));
-            }
-            self.inner.routes().clear();
+    /// Replaces the pools, whose idle keep-alive connections were judged under an allow list
+    /// that has lost a network since; attempts already running finish on their connection.
+    pub(super) fn drop_pools(&self) {
+        // Building the default route's client succeeded at start with the same inputs.
+        if let Ok(client) = self.inner.build_client(None, self.inner.default_proxy.clone()) {
+            self.inner.client.store(Arc::new(client));
         }
-    }
-
-    /// The allow list in force.
-    pub fn allow_networks(&self) -> Vec<IpNet> {
-        self.inner.allow.load().as_ref().clone()
+        self.inner.routes().clear();
     }
 
     /// One attempt: `POST url` with `body` and exactly the caller's `headers`, plus
@@ -250,26 +164,26 @@ impl Sender {
     /// `Connect`; TLS handshake or certificate → `Tls`; SSRF refusal or a non-http(s) URL →
     /// `BlockedAddress`; no OAuth2 token → `Auth`. `detail` is short text for people: never a
     /// header, never a secret.
-    pub async fn send(&self, req: OutgoingRequest, now: Timestamp) -> SendResult {
-        let started = Instant::now();
-        let timeout = req.timeout.min(MAX_ATTEMPT_TIMEOUT);
-        let deadline = tokio::time::Instant::from_std(started) + timeout;
-        let (outcome, exchange) = self.attempt(&req, now, timeout, deadline).await;
-        SendResult {
-            outcome,
-            duration: started.elapsed(),
-            exchange,
-        }
-    }
-
-    async fn attempt(
+    pub(super) async fn send(
         &self,
-        req: &OutgoingRequest,
+        url: &Uri,
+        req: &OutgoingMessage,
         now: Timestamp,
         timeout: Duration,
         deadline: tokio::time::Instant,
     ) -> (Outcome, Exchange) {
-        if let Err(e) = validate_url(&req.url) {
+        self.attempt(url, req, now, timeout, deadline).await
+    }
+
+    async fn attempt(
+        &self,
+        url: &Uri,
+        req: &OutgoingMessage,
+        now: Timestamp,
+        timeout: Duration,
+        deadline: tokio::time::Instant,
+    ) -> (Outcome, Exchange) {
+        if let Err(e) = validate_url(url) {
             let kind = e.kind().unwrap_or(ErrorKind::BlockedAddress);
             return (failed(kind, None, None, e.to_string()), Exchange::default());
         }
@@ -292,7 +206,9 @@ impl Sender {
                 Err(outcome) => return (outcome, Exchange::default()),
             };
             let header = credential.as_ref().map(|c| c.header.clone());
-            let (outcome, exchange) = self.exchange(&client, req, header, now, timeout, deadline).await;
+            let (outcome, exchange) = self
+                .exchange(&client, url, req, header, now, timeout, deadline)
+                .await;
             // One new token per attempt: a receiver that refuses a fresh one refuses it.
             match credential.and_then(|c| c.oauth_token) {
                 Some(token) if outcome.status_code() == Some(401) && rejected.is_none() => {
@@ -307,7 +223,7 @@ impl Sender {
     /// is not `rejected` when needed, by `deadline`), or the attempt's `auth` failure.
     async fn credential(
         &self,
-        req: &OutgoingRequest,
+        req: &OutgoingMessage,
         client: &HttpClient,
         now: Timestamp,
         rejected: Option<&Secret>,
@@ -337,16 +253,18 @@ impl Sender {
     }
 
     /// Sends the request once and reads the answer.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
         client: &HttpClient,
-        req: &OutgoingRequest,
+        url: &Uri,
+        req: &OutgoingMessage,
         authorization: Option<HeaderValue>,
         now: Timestamp,
         timeout: Duration,
         deadline: tokio::time::Instant,
     ) -> (Outcome, Exchange) {
-        let request = self.build_request(req, authorization);
+        let request = self.build_request(url, req, authorization);
         let mut exchange = Exchange {
             request_headers: recorded(request.headers(), &req.masked),
             ..Exchange::default()
@@ -375,7 +293,8 @@ impl Sender {
 
     fn build_request(
         &self,
-        req: &OutgoingRequest,
+        url: &Uri,
+        req: &OutgoingMessage,
         authorization: Option<HeaderValue>,
     ) -> Request<Full<Bytes>> {
         let mut headers = req.headers.clone();
@@ -390,7 +309,7 @@ impl Sender {
         }
         let mut request = Request::new(Full::new(req.body.clone()));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = req.url.clone();
+        *request.uri_mut() = url.clone();
         *request.headers_mut() = headers;
         request
     }
@@ -484,7 +403,7 @@ fn tls_config(
 
 /// Headers as the attempt record keeps them: values of `masked`, credentials and signatures
 /// replaced by [`MASKED`], others as lossy text.
-fn recorded(headers: &HeaderMap, masked: &[HeaderName]) -> Vec<(String, String)> {
+pub(super) fn recorded(headers: &HeaderMap, masked: &[HeaderName]) -> Vec<(String, String)> {
     headers
         .iter()
         .map(|(name, value)| {
@@ -530,7 +449,7 @@ fn failed(kind: ErrorKind, status: Option<u16>, retry_after: Option<Timestamp>, 
 fn outcome_of_response(status: StatusCode, headers: &HeaderMap, excerpt: &[u8], now: Timestamp) -> Outcome {
     let code = status.as_u16();
     if status.is_success() {
-        return Outcome::Delivered { status: code };
+        return Outcome::Delivered { status: Some(code) };
     }
     let status_text = match status.canonical_reason() {
         Some(reason) => format!("HTTP {code} {reason}"),
@@ -652,7 +571,7 @@ mod tests {
             let status = StatusCode::from_u16(code).unwrap();
             assert_eq!(
                 outcome_of_response(status, &HeaderMap::new(), b"", NOW),
-                Outcome::Delivered { status: code }
+                Outcome::Delivered { status: Some(code) }
             );
         }
     }
