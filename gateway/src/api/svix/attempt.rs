@@ -65,7 +65,7 @@ impl AttemptOut {
             .load()
             .endpoints
             .get(row.endpoint.as_str())
-            .map(|ep| ep.url.to_string())
+            .map(|ep| ep.destination.masked())
             .unwrap_or_default();
         let succeeded = row.attempt.status_code.is_some_and(|c| (200..300).contains(&c));
         let (status, status_text) = if succeeded { (0, "success") } else { (2, "fail") };

@@ -206,7 +206,7 @@ impl EndpointOut {
         EndpointOut {
             id: ep.name.to_string(),
             uid: ep.svix_uid.clone(),
-            url: ep.url.to_string(),
+            url: ep.destination.masked(),
             description: ep.description.clone().unwrap_or_default(),
             version: 1,
             rate_limit: rate,
