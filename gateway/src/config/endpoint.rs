@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use http::{HeaderName, HeaderValue, Uri};
+use ipnet::IpNet;
 
 use super::raw::{RawEndpoint, RawSecrets};
 use super::validate::Validator;
 use super::{EndpointConfig, EndpointSource, TopicConfig, defaults};
+use crate::delivery::ssrf;
 use crate::model::Secret;
 use crate::policy::Policy;
 
@@ -26,10 +28,12 @@ const RESERVED_HEADERS: &[&str] = &[
     "connection",
 ];
 
-/// What an endpoint may refer to: the file's topics and policies (presets included).
+/// What an endpoint may refer to: the file's topics and policies (presets included), and the
+/// networks `delivery.allow_networks` exempts from the SSRF rules.
 pub(super) struct Known<'a> {
     pub topics: &'a BTreeMap<String, TopicConfig>,
     pub policies: &'a BTreeMap<String, Arc<Policy>>,
+    pub allow_networks: &'a [IpNet],
 }
 
 impl Validator<'_> {
@@ -38,7 +42,7 @@ impl Validator<'_> {
         let path = format!("endpoints.{name}");
         let before = self.problems.len();
         self.name(&path, name);
-        let url = self.endpoint_url(&path, &raw.url);
+        let url = self.endpoint_url(&path, &raw.url, known.allow_networks);
         self.endpoint_topics(&path, &raw.topics, known.topics);
         let type_matcher = self.type_matcher(&path, &raw.types);
         if let Some(policy) = &raw.policy {
@@ -55,14 +59,18 @@ impl Validator<'_> {
             );
         }
         let max_in_flight = self.positive(&format!("{path}.max_in_flight"), raw.max_in_flight);
-        let timeout = raw
-            .timeout
-            .as_deref()
-            .map(|t| self.duration(&format!("{path}.timeout"), Some(t), defaults::DELIVERY_TIMEOUT));
+        let timeout = raw.timeout.as_deref().map(|t| {
+            self.duration(
+                &format!("{path}.timeout"),
+                Some(t),
+                defaults::DELIVERY_TIMEOUT,
+                defaults::limits::DELIVERY_TIMEOUT,
+            )
+        });
         let transform = self.binding(&format!("{path}.transform"), raw.transform);
         let signer = self.binding(&format!("{path}.signer"), raw.signer);
         let backoff = self.binding(&format!("{path}.backoff"), raw.backoff);
-        let auth = self.outbound_auth(&path, raw.auth, &headers);
+        let auth = self.outbound_auth(&path, raw.auth, &headers, known.allow_networks);
         let route = self.route(&path, raw.tls, raw.proxy.as_deref(), url.as_ref());
         let signature = self.signature(&path, raw.signature, &secrets, signer.is_some());
         if let Some(tenant) = &raw.tenant {
@@ -99,8 +107,9 @@ impl Validator<'_> {
         })
     }
 
-    fn endpoint_url(&mut self, path: &str, url: &str) -> Option<Uri> {
-        self.parse(&format!("{path}.url"), url, |s| {
+    fn endpoint_url(&mut self, path: &str, url: &str, allow: &[IpNet]) -> Option<Uri> {
+        let path = format!("{path}.url");
+        let uri = self.parse(&path, url, |s| {
             let uri: Uri = s.parse().map_err(|e| format!("`{s}` is not a URL: {e}"))?;
             match uri.scheme_str() {
                 Some("http" | "https") => {}
@@ -110,7 +119,26 @@ impl Validator<'_> {
                 return Err(format!("`{s}` has no host"));
             }
             Ok(uri)
-        })
+        })?;
+        self.reachable(&path, &uri, allow).then_some(uri)
+    }
+
+    /// Whether the SSRF rules let the gateway contact `url`'s host, when it is an IP address;
+    /// a problem (and [`Validator::blocked_address`]) when they do not. Every attempt to such
+    /// an address would fail `blocked_address`, so the file and the API refuse it alike.
+    pub(super) fn reachable(&mut self, path: &str, url: &Uri, allow: &[IpNet]) -> bool {
+        let Some((ip, why)) = url.host().and_then(|host| ssrf::blocked_literal(host, allow)) else {
+            return true;
+        };
+        self.blocked_address = true;
+        self.problem(
+            path,
+            format!(
+                "`{url}`: {ip} is {why}; webhooks may not target it unless \
+                 delivery.allow_networks lists it"
+            ),
+        );
+        false
     }
 
     fn endpoint_topics(&mut self, path: &str, wanted: &[String], topics: &BTreeMap<String, TopicConfig>) {
