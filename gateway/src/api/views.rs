@@ -226,7 +226,12 @@ pub(crate) struct EndpointView {
     pub(crate) url: String,
     pub(crate) topics: Vec<String>,
     pub(crate) types: Vec<String>,
+    /// Its own retry policy; null: each topic's (else `standard`).
     pub(crate) policy: Option<String>,
+    /// The policy the deliveries of each of its topics follow: `policy`, else the topic's,
+    /// else `standard`.
+    #[serde(default)]
+    pub(crate) topic_policies: std::collections::BTreeMap<String, String>,
     /// active, degraded, paused or disabled.
     #[schema(value_type = String, example = "active")]
     pub(crate) state: EndpointState,
@@ -274,6 +279,7 @@ pub(crate) struct EndpointView {
 impl EndpointView {
     pub(crate) fn new(
         ep: &EndpointConfig,
+        topic_policies: std::collections::BTreeMap<String, String>,
         health: EndpointHealth,
         history: Vec<HistoryEntry>,
         problems: Vec<String>,
@@ -293,6 +299,7 @@ impl EndpointView {
             topics: ep.topics.clone(),
             types: ep.types.clone(),
             policy: ep.policy.clone(),
+            topic_policies,
             state: health.state,
             consecutive_failures: health.consecutive_failures,
             failing_since: health.failing_since,

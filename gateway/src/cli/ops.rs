@@ -567,6 +567,22 @@ fn print_endpoints(list: &EndpointList) {
     );
 }
 
+/// The endpoint's own policy, or each topic's (`orders: fast, users: standard`).
+fn policy_of(e: &EndpointView) -> String {
+    match &e.policy {
+        Some(own) => own.clone(),
+        None if e.topic_policies.is_empty() => "-".to_owned(),
+        None => {
+            let each: Vec<String> = e
+                .topic_policies
+                .iter()
+                .map(|(t, p)| format!("{t}: {p}"))
+                .collect();
+            format!("{} (the topics')", each.join(", "))
+        }
+    }
+}
+
 fn print_endpoint(e: &EndpointView) {
     let fields = [
         ("name", e.name.clone()),
@@ -577,7 +593,7 @@ fn print_endpoint(e: &EndpointView) {
         ("consecutive_failures", e.consecutive_failures.to_string()),
         ("failing_since", cell(e.failing_since)),
         ("last_success_at", cell(e.last_success_at)),
-        ("policy", cell(e.policy.as_ref())),
+        ("policy", policy_of(e)),
         ("topics", serde_json::to_string(&e.topics).unwrap_or_default()),
     ];
     for (key, value) in fields {
