@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, ApiDeps, AppState};
 use crate::attempt::AttemptEnv;
 use crate::clock::Clock;
-use crate::cluster::{ClusterTask, ClusterView};
+use crate::cluster::{ClusterTask, ClusterView, NodeList};
 use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
@@ -171,7 +171,7 @@ impl Gateway {
         let mut tasks = JoinSet::new();
         let view = match cluster_store {
             Some(cluster_store) => {
-                let nodes = Arc::new(ArcSwap::from_pointee(Vec::new()));
+                let nodes = Arc::new(ArcSwap::from_pointee(NodeList::default()));
                 let mut task = ClusterTask::new(
                     cluster_store,
                     node,
@@ -183,7 +183,7 @@ impl Gateway {
                 );
                 let notices = task.start().await;
                 tasks.spawn(task.run(notices, shutdown.child_token()));
-                ClusterView::Shared(nodes)
+                ClusterView::Shared { nodes, lease }
             }
             None => ClusterView::Solo(node),
         };

@@ -139,6 +139,9 @@ async fn cluster(State(state): State<AppState>) -> Json<ClusterNodesView> {
     let endpoints = state.config.load().endpoints.len();
     let nodes = state.cluster.nodes(state.clock.now(), endpoints);
     Json(ClusterNodesView {
-        nodes: nodes.into_iter().map(NodeView::from).collect(),
+        nodes: nodes
+            .into_iter()
+            .map(|(node, node_state)| NodeView::new(node, node_state))
+            .collect(),
     })
 }

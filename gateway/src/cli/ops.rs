@@ -37,7 +37,9 @@ pub(super) struct Target {
 
 #[derive(Debug, Subcommand)]
 pub(super) enum OpsCommand {
-    /// The nodes sharing the gateway's database, and the endpoint leases each holds.
+    /// The nodes sharing the gateway's database: each one's state (alive, lapsed: not seen
+    /// for longer than a lease, left: stopped cleanly), when it was last seen, and the
+    /// endpoint leases it holds.
     Cluster {
         #[command(flatten)]
         target: Target,
@@ -530,13 +532,17 @@ fn print_nodes(view: &ClusterNodesView) {
             vec![
                 n.id.clone(),
                 n.address.clone(),
+                n.state.clone(),
                 n.started_at.to_string(),
                 n.last_seen_at.to_string(),
                 n.leases.to_string(),
             ]
         })
         .collect();
-    table(&["NODE", "ADDRESS", "STARTED", "LAST SEEN", "LEASES"], rows);
+    table(
+        &["NODE", "ADDRESS", "STATE", "STARTED", "LAST SEEN", "LEASES"],
+        rows,
+    );
 }
 
 fn print_endpoints(list: &EndpointList) {

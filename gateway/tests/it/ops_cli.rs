@@ -64,6 +64,8 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
         "one node on SQLite: {out}"
     );
     assert!(nodes[1].ends_with(" 1"), "it holds the one endpoint: {out}");
+    assert!(nodes[0].contains(" STATE "), "{out}");
+    assert!(nodes[1].contains(" alive "), "{out}");
 
     let (ok, out, err) = run(with(&["endpoints"])).await;
     assert!(ok, "{err}");

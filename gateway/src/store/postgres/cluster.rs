@@ -119,7 +119,8 @@ impl ClusterStore for PgStore {
             &conn,
             &format!(
                 "INSERT INTO nodes (id, address, started_at, last_seen_at) VALUES ($1, $2, $3, {NOW_MS})
-                 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at"
+                 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at,
+                     left_at = NULL"
             ),
             &[&node.id, &node.address, &node.started_at.as_millis()],
         )
@@ -135,7 +136,7 @@ impl ClusterStore for PgStore {
             &format!(
                 "SELECT n.id, n.address, n.started_at, n.last_seen_at,
                      (SELECT count(*) FROM endpoint_leases l WHERE l.node = n.id AND l.expires_at > {NOW_MS}),
-                     {NOW_MS}
+                     {NOW_MS}, n.left_at
                  FROM nodes n ORDER BY n.id"
             ),
             &[],
@@ -150,6 +151,7 @@ impl ClusterStore for PgStore {
                 started_at: ts(r, 2),
                 last_seen_at: ts(r, 3),
                 leases: u(r.get(4)),
+                left_at: r.get::<_, Option<i64>>(6).map(Timestamp::from_millis),
             })
             .collect();
         Ok((now, nodes))
@@ -297,7 +299,12 @@ impl ClusterStore for PgStore {
                 &[&self.node_id],
             )
             .await?;
-            execute(&conn, "DELETE FROM nodes WHERE id = $1", &[&self.node_id]).await
+            execute(
+                &conn,
+                &format!("UPDATE nodes SET left_at = {NOW_MS}, last_seen_at = {NOW_MS} WHERE id = $1"),
+                &[&self.node_id],
+            )
+            .await
         }
         .await;
         if let Err(e) = result {

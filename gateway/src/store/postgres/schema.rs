@@ -136,6 +136,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE events ADD COLUMN trace_span_id TEXT;
     ALTER TABLE attempts ADD COLUMN trace_id TEXT;
     "#,
+    // 6: a node that stops cleanly says so, and stays listed as left.
+    r#"
+    ALTER TABLE nodes ADD COLUMN left_at BIGINT;
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -199,7 +199,18 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
 
     a.leave().await;
     let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
-    assert_eq!(nodes.len(), 1, "a left the node list");
+    let listed: Vec<(&str, u32, bool)> = nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.leases, n.left_at.is_some()))
+        .collect();
+    assert_eq!(
+        listed,
+        [("node-a", 0, true), ("node-b", 0, false)],
+        "a is listed as left, without its lease"
+    );
+    // Back under the same id, it runs again.
+    let (_, nodes) = a.heartbeat(&info("node-a")).await.unwrap();
+    assert_eq!(nodes[0].left_at, None);
 }
 
 /// A node taking in deliveries another node announced reads their events with them, each
