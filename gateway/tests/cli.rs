@@ -166,6 +166,33 @@ fn config_check_passes_the_quick_start_config() {
     assert!(stdout.contains(": ok ("), "{stdout}");
 }
 
+/// The quick-start config's comment runs each command as the README's quick start does (it
+/// once started the sink without the `--print` the README's next steps rely on).
+#[test]
+fn the_quick_start_configs_commands_are_the_readmes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config = std::fs::read_to_string(root.join("config/hookgate.yaml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let words = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
+    // The README's command lines, without their trailing comments.
+    let readme_commands: Vec<String> = readme
+        .lines()
+        .map(|l| words(l.split("  #").next().unwrap()))
+        .collect();
+    let commands: Vec<String> = config
+        .lines()
+        .filter_map(|l| l.strip_prefix("#   cargo run"))
+        .map(|rest| words(&format!("cargo run{rest}")))
+        .collect();
+    assert_eq!(commands.len(), 2, "{config}");
+    for command in commands {
+        assert!(
+            readme_commands.contains(&command),
+            "`{command}` is not how the README runs it"
+        );
+    }
+}
+
 #[test]
 fn config_check_accepts_an_sns_policy_in_yaml_and_pasted_as_json() {
     let dir = tempfile::tempdir().unwrap();

@@ -41,7 +41,10 @@ enum LogFormat {
 enum Command {
     /// Run the gateway. Without --config: the embedded default (loopback, ./data/hookgate.db).
     Serve {
-        #[arg(long)]
+        /// The config file (YAML; `hookgate config check FILE` validates it). Without it: the
+        /// embedded default, on 127.0.0.1:8080 with ./data/hookgate.db and one topic,
+        /// `default`.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Run the clock this many times faster (3600: one real second is one simulated hour).
         /// For trying out schedules and for tests; every time the API shows is simulated.
@@ -83,6 +86,7 @@ enum Command {
     /// endpoint's `secret` with `signature: ed25519`) and its `whpk_` public key (for the
     /// receiver).
     Keygen {
+        /// The kind of key pair.
         #[arg(value_enum)]
         scheme: KeyScheme,
     },
@@ -96,7 +100,10 @@ enum KeyScheme {
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Validate a config file: exit 0, or print `file:line: path: reason` lines and exit 1.
-    Check { file: PathBuf },
+    Check {
+        /// The config file.
+        file: PathBuf,
+    },
     /// Print the JSON Schema of the config file (for editor completion and checking).
     Schema,
 }
@@ -105,8 +112,10 @@ enum ConfigCommand {
 enum PolicyCommand {
     /// Print a policy's planned attempts (without jitter, deadline applied).
     Preview {
+        /// The policy: a preset (`standard`, `sns-http-default`…) or one of the config file's.
         name: String,
-        #[arg(long)]
+        /// The config file whose policies to look in; without it, the presets only.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Also draw the waits as an SVG chart into this file.
         #[arg(long)]
@@ -119,6 +128,7 @@ enum PluginCommand {
     /// Compile and validate a plugin, print its world, imports, size and compile time, and run
     /// it once on a sample input.
     Check {
+        /// The plugin, a `.wasm` WebAssembly component.
         file: PathBuf,
         /// A config entry for the sample call, as a binding's `config` would give it
         /// (`--config team=payments`); repeat for more. Lists and maps as JSON text.
@@ -168,8 +178,11 @@ fn init_logging(format: LogFormat) {
         .or_else(|_| std::env::var("RUST_LOG"))
         .ok();
     let filter = log_filter(spec.as_deref());
+    // Colour only for a person at a terminal: a file or a pipe gets plain text.
+    use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
@@ -354,6 +367,30 @@ async fn wait_for_stop_signal(gateway: &Gateway) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every command and argument says what it is in `--help` (`serve --config` did not).
+    #[test]
+    fn every_command_and_argument_has_help_text() {
+        use clap::CommandFactory as _;
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hookgate", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 
     #[test]
     fn a_bare_level_is_for_hookgate_and_full_directives_pass_through() {

@@ -61,11 +61,13 @@ pub(super) enum OpsCommand {
     },
     /// The delivery log, newest first.
     Deliveries {
+        /// Only this endpoint's.
         #[arg(long)]
         endpoint: Option<String>,
         /// pending, delivering, succeeded, failed or dead.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many, newest first.
         #[arg(long, default_value_t = 20)]
         limit: u32,
         #[command(flatten)]
@@ -73,12 +75,14 @@ pub(super) enum OpsCommand {
     },
     /// Attempt a delivery again now.
     Redeliver {
+        /// The delivery (`dlv_…`).
         id: String,
         #[command(flatten)]
         target: Target,
     },
     /// Make a paused or disabled endpoint active again.
     Reenable {
+        /// The endpoint.
         name: String,
         /// Also re-send the endpoint's events since this RFC 3339 time (≤ 7 days back).
         #[arg(long)]
@@ -91,6 +95,7 @@ pub(super) enum OpsCommand {
     },
     /// Re-send an endpoint's events of a time window.
     Replay {
+        /// The endpoint.
         name: String,
         /// RFC 3339, at most 7 days back.
         #[arg(long)]
@@ -121,16 +126,21 @@ pub(super) enum EndpointAction {
     },
     /// Change an endpoint created through the API: only the keys given change.
     Update {
+        /// The endpoint (created through the API).
         name: String,
         #[command(flatten)]
         keys: EndpointKeys,
     },
     /// Delete an endpoint created through the API; its waiting deliveries end
     /// `endpoint_removed`.
-    Delete { name: String },
+    Delete {
+        /// The endpoint (created through the API).
+        name: String,
+    },
     /// Give an endpoint a new signing secret, printed this once; the old one signs too until
     /// the overlap ends.
     RotateSecret {
+        /// The endpoint (created through the API).
         name: String,
         /// The new secret; default: a generated one.
         #[arg(long)]
@@ -153,10 +163,13 @@ pub(super) struct EndpointKeys {
     /// An event-type glob it takes (repeat for more).
     #[arg(long = "type")]
     types: Vec<String>,
+    /// The tenant whose events (only) it receives; none: every tenant's.
     #[arg(long)]
     tenant: Option<String>,
+    /// Its retry policy; default: each topic's.
     #[arg(long)]
     policy: Option<String>,
+    /// Free text for people.
     #[arg(long)]
     description: Option<String>,
     /// Other keys as a JSON object, e.g. `{"max_per_second": 10, "headers": {"x-team": "a"}}`.
@@ -284,14 +297,24 @@ impl ApiClient {
         };
         if !status.is_success() {
             let error: ErrorAnswer = serde_json::from_slice(&bytes).unwrap_or_default();
-            return Err(format!(
-                "{status}: {}: {}",
-                error.error.code.as_deref().unwrap_or("error"),
-                error.error.message.as_deref().unwrap_or("no details")
-            ));
+            let code = error.error.code.as_deref().unwrap_or("error");
+            let message = error.error.message.as_deref().unwrap_or("no details");
+            return Err(format!("{status}: {code}: {}", key_hint(status, code, message)));
         }
         serde_json::from_slice(&bytes)
             .map_err(|e| format!("{status}: an answer this command does not understand: {e}"))
+    }
+}
+
+/// The API's words for a missing or refused key speak of the header; a command user passes the
+/// key as a flag or in the environment, so say that.
+fn key_hint(status: http::StatusCode, code: &str, message: &str) -> String {
+    match (status.as_u16(), code) {
+        (401, "unauthorized") => {
+            "the gateway needs an API key: pass it with --api-key KEY or in HOOKGATE_API_KEY".to_owned()
+        }
+        (403, "forbidden") => format!("{message} (the key of --api-key or HOOKGATE_API_KEY)"),
+        _ => message.to_owned(),
     }
 }
 

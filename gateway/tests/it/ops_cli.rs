@@ -97,9 +97,23 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
     assert!(out.contains("done: 1 succeeded"), "{out}");
     sink.wait_for(3, WAIT).await;
 
-    // Without the key the gateway says no, and the command says why.
+    // Without the key the gateway says no, and the command says how to give one: its own
+    // flag and variable, not the API's header.
     let (ok, _, err) = run(vec!["endpoints".into(), "--url".into(), gw.base.clone()]).await;
     assert!(!ok && err.contains("401"), "{err}");
+    assert!(
+        err.contains("--api-key") && err.contains("HOOKGATE_API_KEY") && !err.contains("Authorization"),
+        "{err}"
+    );
+    let (ok, _, err) = run(vec![
+        "endpoints".into(),
+        "--url".into(),
+        gw.base.clone(),
+        "--api-key".into(),
+        "wrong-key".into(),
+    ])
+    .await;
+    assert!(!ok && err.contains("403") && err.contains("--api-key"), "{err}");
     gw.stop().await;
 }
 
@@ -344,4 +358,19 @@ async fn endpoint_commands_create_change_rotate_and_delete_an_endpoint() {
     // Showing one still works as before.
     let (ok, _, err) = run(with(&["endpoint", "cli-made"])).await;
     assert!(!ok && err.contains("404"), "{err}");
+}
+
+/// Log lines written to a file (or a pipe) are plain text: no colour codes, which a terminal
+/// would show as colours and a file keeps as `\x1b[2m…` noise.
+#[tokio::test]
+async fn logs_to_a_file_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = crate::binary::RealGateway::start(dir.path(), "topics:\n  t: {}\n", &[]).await;
+    let (status, _) = gw
+        .post("/v1/topics/t/events", json!({"type": "x", "payload": {}}))
+        .await;
+    assert_eq!(status, 202);
+    let log = std::fs::read_to_string(&gw.log).unwrap();
+    assert!(log.contains(" INFO "), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in a log file:\n{log:?}");
 }
