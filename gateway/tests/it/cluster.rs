@@ -785,7 +785,8 @@ async fn a_killed_node_reads_lapsed_and_a_stopped_one_left() {
     assert!(row("node-3").contains(" lapsed "), "{table}");
     assert!(row("node-1").contains(" alive "), "{table}");
 
-    // Back under the same id: alive again.
+    // Back under the same id: alive again, with its new start time.
+    let first_start = cluster.get(0, "/v1/cluster").await["nodes"][2]["started_at"].clone();
     cluster.nodes[2].spawn();
     cluster.wait_healthy(2).await;
     cluster
@@ -793,6 +794,12 @@ async fn a_killed_node_reads_lapsed_and_a_stopped_one_left() {
             states(a) == all_alive
         })
         .await;
+    let restarted = cluster.get(0, "/v1/cluster").await;
+    let started = |v: &Value| crate::support::time(v);
+    assert!(
+        started(&restarted["nodes"][2]["started_at"]) > started(&first_start),
+        "the restart shows: {restarted}"
+    );
 
     cluster.nodes[1].stop();
     let left = pairs(&[("node-1", "alive"), ("node-2", "left"), ("node-3", "alive")]);

@@ -119,8 +119,8 @@ impl ClusterStore for PgStore {
             &conn,
             &format!(
                 "INSERT INTO nodes (id, address, started_at, last_seen_at) VALUES ($1, $2, $3, {NOW_MS})
-                 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at,
-                     left_at = NULL"
+                 ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, started_at = EXCLUDED.started_at,
+                     last_seen_at = EXCLUDED.last_seen_at, left_at = NULL"
             ),
             &[&node.id, &node.address, &node.started_at.as_millis()],
         )

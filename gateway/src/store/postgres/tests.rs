@@ -208,9 +208,16 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
         [("node-a", 0, true), ("node-b", 0, false)],
         "a is listed as left, without its lease"
     );
-    // Back under the same id, it runs again.
-    let (_, nodes) = a.heartbeat(&info("node-a")).await.unwrap();
-    assert_eq!(nodes[0].left_at, None);
+    // Back under the same id, it runs again, started anew.
+    let restarted = NodeInfo {
+        started_at: Timestamp::from_millis(2),
+        ..info("node-a")
+    };
+    let (_, nodes) = a.heartbeat(&restarted).await.unwrap();
+    assert_eq!(
+        (nodes[0].left_at, nodes[0].started_at),
+        (None, Timestamp::from_millis(2))
+    );
 }
 
 /// A node taking in deliveries another node announced reads their events with them, each
