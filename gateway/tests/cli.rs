@@ -193,6 +193,44 @@ fn the_quick_start_configs_commands_are_the_readmes() {
     }
 }
 
+/// Every `curl` of the docs that posts a JSON event says it is JSON: without
+/// `content-type: application/json` the gateway takes the body for a raw one and asks for an
+/// `Event-Type` header (the README's tenant example did that).
+#[test]
+fn every_documented_curl_posting_json_says_so() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut docs = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    let mut checked = 0;
+    for doc in docs {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        // A command with its continuation lines.
+        let mut command = String::new();
+        for line in text.lines() {
+            command.push_str(line.trim_end_matches('\\'));
+            command.push(' ');
+            if line.ends_with('\\') {
+                continue;
+            }
+            if command.contains("curl ") && command.contains("-d '{") {
+                checked += 1;
+                assert!(
+                    command.contains("content-type: application/json"),
+                    "{}: {command}",
+                    doc.display()
+                );
+            }
+            command.clear();
+        }
+    }
+    assert!(checked >= 4, "only {checked} commands found");
+}
+
 #[test]
 fn config_check_accepts_an_sns_policy_in_yaml_and_pasted_as_json() {
     let dir = tempfile::tempdir().unwrap();

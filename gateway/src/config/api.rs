@@ -20,7 +20,8 @@ const LABEL: &str = "api";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub problems: Vec<Problem>,
-    /// One of them is an address the SSRF rules block (the API answers `blocked_address`).
+    /// Every problem is an address the SSRF rules block (the API answers `blocked_address`;
+    /// with other problems too, `invalid_endpoint`).
     pub blocked_address: bool,
 }
 
@@ -91,8 +92,8 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
         let found = relative(v.problems);
         shape_problems.extend(found.into_iter().filter(|p| !shaped.covers(&p.path)));
         return Err(Refused {
+            blocked_address: v.blocked_addresses == shape_problems.len(),
             problems: shape_problems,
-            blocked_address: v.blocked_address,
         });
     }
     let mut endpoint = endpoint.expect("an endpoint without problems is built");
@@ -291,14 +292,16 @@ mod tests {
                 "{refused:?}"
             );
         }
-        let other = api_endpoint(
-            &row("x", serde_json::json!({"url": "ftp://h", "topics": ["orders"]})),
-            &c,
-        );
-        assert!(
-            !other.unwrap_err().blocked_address,
-            "only the SSRF rules' refusal is one"
-        );
+        for spec in [
+            serde_json::json!({"url": "ftp://h", "topics": ["orders"]}),
+            serde_json::json!({"url": "http://10.0.0.1/x", "topics": ["nope"]}),
+        ] {
+            let refused = api_endpoint(&row("x", spec.clone()), &c).unwrap_err();
+            assert!(
+                !refused.blocked_address,
+                "blocked_address only when the address is all that is wrong: {spec}"
+            );
+        }
         for url in ["http://127.0.0.1:9/x", "http://example.com/x"] {
             api_endpoint(
                 &row("x", serde_json::json!({"url": url, "topics": ["orders"]})),

@@ -124,13 +124,13 @@ impl Validator<'_> {
     }
 
     /// Whether the SSRF rules let the gateway contact `url`'s host, when it is an IP address;
-    /// a problem (and [`Validator::blocked_address`]) when they do not. Every attempt to such
+    /// a problem (counted in [`Validator::blocked_addresses`]) when they do not. Every attempt to such
     /// an address would fail `blocked_address`, so the file and the API refuse it alike.
     pub(super) fn reachable(&mut self, path: &str, url: &Uri, allow: &[IpNet]) -> bool {
         let Some((ip, why)) = url.host().and_then(|host| ssrf::blocked_literal(host, allow)) else {
             return true;
         };
-        self.blocked_address = true;
+        self.blocked_addresses += 1;
         self.problem(
             path,
             format!(

@@ -27,8 +27,9 @@ pub(super) struct Validator<'a> {
     pub(super) label: &'a str,
     pub(super) line_of: &'a dyn Fn(&str) -> usize,
     pub(super) problems: Vec<Problem>,
-    /// One of the problems is an address the SSRF rules block (the API's `blocked_address`).
-    pub(super) blocked_address: bool,
+    /// How many of the problems are addresses the SSRF rules block (the API's
+    /// `blocked_address`).
+    pub(super) blocked_addresses: usize,
 }
 
 impl<'a> Validator<'a> {
@@ -37,7 +38,7 @@ impl<'a> Validator<'a> {
             label,
             line_of,
             problems: Vec::new(),
-            blocked_address: false,
+            blocked_addresses: 0,
         }
     }
 }
