@@ -231,6 +231,30 @@ fn every_documented_curl_posting_json_says_so() {
     assert!(checked >= 4, "only {checked} commands found");
 }
 
+/// A reader that goes away (`hookgate config schema | head`) ends the command quietly; it
+/// panicked with "failed printing to stdout: Broken pipe" and a backtrace.
+#[test]
+fn output_into_a_closed_pipe_ends_the_command_quietly() {
+    for args in [
+        &["config", "schema"][..],
+        &["policy", "preview", "standard"],
+        &["keygen", "ed25519"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader leaves before the command has written a line.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn config_check_accepts_an_sns_policy_in_yaml_and_pasted_as_json() {
     let dir = tempfile::tempdir().unwrap();

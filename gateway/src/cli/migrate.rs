@@ -25,9 +25,9 @@ pub(super) fn run(from: &Path, to: &str) -> ExitCode {
     match result {
         Ok(copied) => {
             for (table, rows) in copied {
-                println!("{table:>16}: {rows} rows");
+                say!("{table:>16}: {rows} rows");
             }
-            println!(
+            say!(
                 "copied {} into PostgreSQL; point storage.url at it and start the gateway",
                 from.display()
             );

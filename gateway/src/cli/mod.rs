@@ -1,6 +1,17 @@
 //! The `hookgate` command line (README "Command line"): `serve`, `config check|schema`, `policy
 //! preview`, `plugin check`, and the operator commands that talk to a running gateway's API.
 
+/// `println!` for a command's output: when the reader has gone (`hookgate deliveries | head`),
+/// the command ends quietly instead of panicking on the broken pipe.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::cli::stdout_failed(&e)
+        }
+    }};
+}
+
 mod migrate;
 mod ops;
 
@@ -190,6 +201,16 @@ fn init_logging(format: LogFormat) {
     };
 }
 
+/// Output to a reader that has gone ends the command: with success when the pipe was closed
+/// (the reader had what it wanted, as with `head`), else with the error.
+fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("cannot write the output: {e}");
+    std::process::exit(1);
+}
+
 /// The `hookgate` binary's entry point.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -204,7 +225,7 @@ pub fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         } => match config::load_file(&file) {
             Ok(c) => {
-                println!(
+                say!(
                     "{}: ok ({} topics, {} endpoints, {} policies)",
                     file.display(),
                     c.topics.len(),
@@ -221,7 +242,7 @@ pub fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Schema,
         } => {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&config::json_schema()).expect("serializes")
             );
@@ -238,7 +259,7 @@ pub fn main() -> ExitCode {
             &config.into_iter().collect(),
         ) {
             Ok(report) => {
-                println!("{report}");
+                say!("{report}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -259,8 +280,8 @@ pub fn main() -> ExitCode {
 fn keygen_ed25519() -> ExitCode {
     match crate::delivery::signing::generate_ed25519() {
         Ok((secret, public)) => {
-            println!("secret:     {}", secret.expose());
-            println!("public_key: {public}");
+            say!("secret:     {}", secret.expose());
+            say!("public_key: {public}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -290,13 +311,16 @@ fn preview(name: &str, config: Option<&Path>, svg: Option<&Path>) -> ExitCode {
         eprintln!("no policy `{name}` (known: {})", known.join(", "));
         return ExitCode::FAILURE;
     };
-    print!("{}", crate::policy::render_preview_table(policy));
+    say!(
+        "{}",
+        crate::policy::render_preview_table(policy).trim_end_matches('\n')
+    );
     if let Some(path) = svg {
         if let Err(e) = std::fs::write(path, crate::charts::render_preview_svg(policy)) {
             eprintln!("cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }
-        println!("chart written to {}", path.display());
+        say!("chart written to {}", path.display());
     }
     ExitCode::SUCCESS
 }

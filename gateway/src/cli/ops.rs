@@ -350,7 +350,7 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) {
             .enumerate()
             .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
             .collect();
-        println!("{}", parts.join("  ").trim_end());
+        say!("{}", parts.join("  ").trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
     for row in rows {
@@ -417,7 +417,7 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             let d: DeliveryView = ApiClient::new(&target)?
                 .post(&format!("/v1/deliveries/{}/redeliver", segment(&id)), None, &[])
                 .await?;
-            println!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
+            say!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
         }
         OpsCommand::Reenable {
             name,
@@ -458,7 +458,7 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
         }
         EndpointAction::Delete { name } => {
             let _: Value = api.call(Method::DELETE, &path(&name), None, &[]).await?;
-            println!("deleted {name}");
+            say!("deleted {name}");
             return Ok(());
         }
         EndpointAction::RotateSecret {
@@ -481,7 +481,7 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
     };
     print_endpoint(&saved.endpoint);
     if let Some(secret) = saved.secret {
-        println!("\nsecret (shown once): {secret}");
+        say!("\nsecret (shown once): {secret}");
     }
     Ok(())
 }
@@ -500,13 +500,14 @@ async fn reenable(
             &[],
         )
         .await?;
-    println!(
+    say!(
         "{name} is {}; {} events queued again",
-        r.endpoint.state, r.replayed
+        r.endpoint.state,
+        r.replayed
     );
     if let Some(replay) = &r.replay {
         if replay.truncated {
-            println!(
+            say!(
                 "truncated at 10 000 events: replay again from {}",
                 cell(replay.continue_from)
             );
@@ -534,9 +535,9 @@ async fn replay(
             &[("idempotency-key", key)],
         )
         .await?;
-    println!("{} events queued again for {name}", r.queued);
+    say!("{} events queued again for {name}", r.queued);
     if r.truncated {
-        println!(
+        say!(
             "truncated at 10 000 events: replay again with --since {}",
             cell(r.continue_from)
         );
@@ -626,12 +627,12 @@ fn print_endpoint(e: &EndpointView) {
         ("topics", serde_json::to_string(&e.topics).unwrap_or_default()),
     ];
     for (key, value) in fields {
-        println!("{key:<22}{value}");
+        say!("{key:<22}{value}");
     }
     for problem in &e.problems {
-        println!("{:<22}{problem}", "problem");
+        say!("{:<22}{problem}", "problem");
     }
-    println!("\nhistory:");
+    say!("\nhistory:");
     let rows = e
         .history
         .iter()
@@ -695,9 +696,11 @@ async fn wait_for(api: &ApiClient, endpoint: &str, replay: &ReplayOutcome) -> Re
         bar.set_position(total.saturating_sub(summary.pending));
         if summary.pending == 0 {
             bar.finish();
-            println!(
+            say!(
                 "done: {} succeeded, {} failed, {} dead",
-                summary.succeeded, summary.failed, summary.dead
+                summary.succeeded,
+                summary.failed,
+                summary.dead
             );
             return Ok(());
         }
