@@ -529,3 +529,42 @@ endpoints:
         format!("delivery:\n  allow_networks: [10.0.0.0/8, \"::1\", 169.254.169.254/32]\n{endpoints}");
     assert_eq!(load(&allowed).unwrap().endpoints.len(), 4);
 }
+
+/// The schema an editor shows says each duration key's range, as the validator enforces it.
+#[test]
+fn the_schema_gives_each_duration_keys_range() {
+    use super::defaults::limits;
+    let schema = json_schema();
+    let description = |def: &str, key: &str| {
+        schema["$defs"][def]["properties"][key]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{def}.{key} has no description"))
+            .to_owned()
+    };
+    let keys = [
+        ("RawServer", "shutdown_grace", limits::SHUTDOWN_GRACE),
+        ("RawServer", "header_timeout", limits::HEADER_TIMEOUT),
+        ("RawServer", "body_timeout", limits::BODY_TIMEOUT),
+        ("RawCluster", "lease", limits::CLUSTER_LEASE),
+        ("RawPlugins", "call_timeout", limits::PLUGIN_CALL_TIMEOUT),
+        (
+            "RawPlugins",
+            "call_wall_timeout",
+            limits::PLUGIN_CALL_WALL_TIMEOUT,
+        ),
+        ("RawDelivery", "timeout", limits::DELIVERY_TIMEOUT),
+        ("RawEndpoint", "timeout", limits::DELIVERY_TIMEOUT),
+        ("RawHealth", "pause_after", limits::PAUSE_AFTER),
+        ("RawHealth", "disable_after", limits::DISABLE_AFTER),
+        ("RawRetention", "deliveries", limits::RETAIN_DELIVERIES),
+        ("RawRetention", "events", limits::RETAIN_EVENTS),
+        ("RawRetention", "idempotency", limits::RETAIN_IDEMPOTENCY_KEYS),
+    ];
+    for (def, key, span) in keys {
+        let text = description(def, key);
+        for bound in [span.min, span.max] {
+            let written = format!("`{}`", crate::policy::humanize_duration(bound));
+            assert!(text.contains(&written), "{def}.{key}: {written} not in {text:?}");
+        }
+    }
+}
