@@ -62,8 +62,13 @@ pub(super) fn read<T: DeserializeOwned>(mut tree: Value) -> Shaped<T> {
             }
             Err(e) => e,
         };
-        let Some(at) = steps(error.path()) else { break };
         let reason = error.inner().to_string();
+        let Some(at) = steps(error.path()) else {
+            // A place in the tree serde cannot name: report it as serde words it, and stop.
+            let path = error.path().to_string();
+            problems.push((if path == "." { String::new() } else { path }, reason));
+            break;
+        };
         let next = if let Some(key) = quoted_after(&reason, "unknown field `") {
             let mut path = at;
             // The path may name the key already, or only its mapping.
@@ -96,6 +101,10 @@ pub(super) fn read<T: DeserializeOwned>(mut tree: Value) -> Shaped<T> {
         if !next {
             break;
         }
+    }
+    if problems.is_empty() {
+        // Every round ends in a problem or follows from one; this is the guard of that.
+        problems.push((String::new(), "the file cannot be read as a config".to_owned()));
     }
     Shaped {
         value: None,
@@ -310,6 +319,48 @@ mod tests {
         assert_eq!(paths(&shaped), ["endpoints.e"]);
         assert!(shaped.problems[0].1.contains("missing field `topics`"));
         assert!(shaped.value.unwrap().endpoints.is_empty());
+    }
+
+    fn tree() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z0-9 ]{0,6}".prop_map(Value::from),
+        ];
+        let keys = prop_oneof![
+            Just("server".to_owned()),
+            Just("listen".to_owned()),
+            Just("topics".to_owned()),
+            Just("endpoints".to_owned()),
+            Just("url".to_owned()),
+            Just("policy".to_owned()),
+            Just("api_keys".to_owned()),
+            Just("timeout".to_owned()),
+            Just("schedule".to_owned()),
+            "[a-z]{1,4}",
+        ];
+        leaf.prop_recursive(5, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(keys.clone(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever the tree, the reading ends (within its rounds) with the raw config or with
+        /// problems, never with neither, and no problem without a reason.
+        #[test]
+        fn any_tree_reads_or_says_why(value in tree()) {
+            let shaped: Shaped<crate::config::RawConfig> = read(value);
+            proptest::prop_assert!(shaped.value.is_some() || !shaped.problems.is_empty());
+            for (_, reason) in &shaped.problems {
+                proptest::prop_assert!(!reason.is_empty());
+            }
+        }
     }
 
     #[test]
