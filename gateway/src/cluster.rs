@@ -46,21 +46,95 @@ const RECENT_LOAD: Duration = Duration::from_secs(5);
 pub enum ClusterView {
     /// One node on SQLite: it delivers every endpoint.
     Solo(NodeInfo),
-    /// The nodes of a cluster as last read from the database.
-    Shared(Arc<ArcSwap<Vec<NodeRow>>>),
+    /// The nodes of a cluster as last read from the database, judged with this lease.
+    Shared {
+        nodes: Arc<ArcSwap<NodeList>>,
+        lease: Duration,
+    },
 }
 
 impl ClusterView {
-    pub fn nodes(&self, now: Timestamp, endpoints: usize) -> Vec<NodeRow> {
+    /// Every node listed, with its state now.
+    pub fn nodes(&self, now: Timestamp, endpoints: usize) -> Vec<(NodeRow, NodeState)> {
         match self {
-            ClusterView::Solo(node) => vec![NodeRow {
-                id: node.id.clone(),
-                address: node.address.clone(),
-                started_at: node.started_at,
-                last_seen_at: now,
-                leases: u32::try_from(endpoints).unwrap_or(u32::MAX),
-            }],
-            ClusterView::Shared(nodes) => nodes.load().as_ref().clone(),
+            ClusterView::Solo(node) => vec![(
+                NodeRow {
+                    id: node.id.clone(),
+                    address: node.address.clone(),
+                    started_at: node.started_at,
+                    last_seen_at: now,
+                    leases: u32::try_from(endpoints).unwrap_or(u32::MAX),
+                    left_at: None,
+                },
+                NodeState::Alive,
+            )],
+            ClusterView::Shared { nodes, lease } => {
+                let list = nodes.load();
+                let now = list.database_now();
+                list.nodes
+                    .iter()
+                    .map(|n| (n.clone(), NodeState::of(n, now, *lease)))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// The node list as a turn last read it, with the database's time then: a node's state is
+/// judged on the database's clock, like its heartbeats, whatever this node's own says.
+#[derive(Debug, Clone, Default)]
+pub struct NodeList {
+    pub nodes: Vec<NodeRow>,
+    database_time: Timestamp,
+    read: Option<Instant>,
+}
+
+impl NodeList {
+    fn read(nodes: Vec<NodeRow>, database_time: Timestamp) -> NodeList {
+        NodeList {
+            nodes,
+            database_time,
+            read: Some(Instant::now()),
+        }
+    }
+
+    /// The database's time now, from its time at the read and how long ago that was (a turn
+    /// at most, while the node runs), without asking it.
+    fn database_now(&self) -> Timestamp {
+        self.database_time
+            .plus(self.read.map_or(Duration::ZERO, |at| at.elapsed()))
+    }
+}
+
+/// What a listed node is doing, as the others see it from its last heartbeat and the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    /// Seen within a lease: it delivers its endpoints.
+    Alive,
+    /// Not seen for longer than a lease (killed, frozen, cut off from the database): the
+    /// others take its endpoints over at their next turn. Listed until it is forgotten, an
+    /// hour after it was last seen, or until it comes back.
+    Lapsed,
+    /// It stopped cleanly and said so, giving its leases back.
+    Left,
+}
+
+impl NodeState {
+    pub fn of(node: &NodeRow, now: Timestamp, lease: Duration) -> NodeState {
+        if node.left_at.is_some() {
+            NodeState::Left
+        } else if node.last_seen_at.plus(lease) > now {
+            NodeState::Alive
+        } else {
+            NodeState::Lapsed
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Alive => "alive",
+            NodeState::Lapsed => "lapsed",
+            NodeState::Left => "left",
         }
     }
 }
@@ -108,7 +182,7 @@ pub struct ClusterTask {
     pub lease: Duration,
     pub scheduler: SchedulerHandle,
     pub config: Arc<ArcSwap<Config>>,
-    pub view: Arc<ArcSwap<Vec<NodeRow>>>,
+    pub view: Arc<ArcSwap<NodeList>>,
     /// Endpoints the scheduler delivers here.
     owned: HashSet<Arc<str>>,
     /// Endpoints given up whose attempts still run here: their leases are renewed until the
@@ -138,7 +212,7 @@ impl ClusterTask {
         lease: Duration,
         scheduler: SchedulerHandle,
         config: Arc<ArcSwap<Config>>,
-        view: Arc<ArcSwap<Vec<NodeRow>>>,
+        view: Arc<ArcSwap<NodeList>>,
         endpoints: EndpointAdmin,
         fence: Arc<Fence>,
         metrics: &crate::telemetry::Metrics,
@@ -260,7 +334,7 @@ impl ClusterTask {
         let held = match self.store.hold_endpoints(&wanted, &release, self.lease).await {
             Ok(held) => held.into_iter().collect::<HashSet<_>>(),
             Err(e) => {
-                self.view.store(Arc::new(nodes));
+                self.view.store(Arc::new(NodeList::read(nodes, now)));
                 return self.renewal_failed(&e);
             }
         };
@@ -269,7 +343,7 @@ impl ClusterTask {
         if let Some(own) = nodes.iter_mut().find(|n| n.id == self.node.id) {
             own.leases = u32::try_from(held.len()).unwrap_or(u32::MAX);
         }
-        self.view.store(Arc::new(nodes));
+        self.view.store(Arc::new(NodeList::read(nodes, now)));
         // Leases of an earlier run under this node id: given back at the next turn.
         for stale in held.iter().filter(|e| !wanted.contains(*e)) {
             self.draining.insert(stale.clone(), Some(0));
@@ -365,11 +439,12 @@ impl ClusterTask {
         release
     }
 
-    /// The endpoints this node should deliver, given the nodes seen alive within a lease.
+    /// The endpoints this node should deliver, given the nodes alive (seen within a lease and
+    /// not left).
     fn desired(&self, now: Timestamp, nodes: &[NodeRow]) -> HashSet<Arc<str>> {
         let mut live: Vec<&str> = nodes
             .iter()
-            .filter(|n| n.last_seen_at.plus(self.lease) > now)
+            .filter(|n| NodeState::of(n, now, self.lease) == NodeState::Alive)
             .map(|n| n.id.as_str())
             .collect();
         if !live.contains(&self.node.id.as_str()) {
@@ -644,5 +719,32 @@ mod tests {
         }
         assert_eq!(moved, share["node-3"]);
         assert_eq!(owner_of(&[], "x"), None);
+    }
+
+    #[test]
+    fn a_node_is_alive_within_a_lease_of_its_heartbeat_lapsed_after_and_left_when_it_said_so() {
+        let lease = Duration::from_secs(15);
+        let seen = Timestamp::from_millis(1_000_000);
+        let node = |left_at| NodeRow {
+            id: "n".into(),
+            address: "a".into(),
+            started_at: Timestamp::EPOCH,
+            last_seen_at: seen,
+            leases: 0,
+            left_at,
+        };
+        let at = |ms: u64| seen.plus(Duration::from_millis(ms));
+        assert_eq!(NodeState::of(&node(None), seen, lease), NodeState::Alive);
+        assert_eq!(NodeState::of(&node(None), at(14_999), lease), NodeState::Alive);
+        assert_eq!(NodeState::of(&node(None), at(15_000), lease), NodeState::Lapsed);
+        assert_eq!(
+            NodeState::of(&node(None), at(3_600_000), lease),
+            NodeState::Lapsed
+        );
+        assert_eq!(NodeState::of(&node(Some(seen)), seen, lease), NodeState::Left);
+        assert_eq!(
+            NodeState::of(&node(Some(seen)), at(60_000), lease),
+            NodeState::Left
+        );
     }
 }

@@ -26,8 +26,9 @@ pub enum AdminError {
     /// The keys' problems, with their paths inside the endpoint.
     #[error("the endpoint is not valid")]
     Invalid(Vec<Problem>),
-    #[error("{0}")]
-    Blocked(String),
+    /// The URL is an address the SSRF rules block (and perhaps more is wrong): the problems.
+    #[error("the endpoint's address may not be contacted")]
+    Blocked(Vec<Problem>),
     #[error("endpoint `{0}` is declared in the config file; change it there")]
     DeclaredInConfig(String),
     #[error("no endpoint `{0}`")]
@@ -257,10 +258,16 @@ impl EndpointAdmin {
         }
     }
 
-    /// Validates a row as the running config would run it; its plugins must be loaded (as
-    /// their role's kind) and its URL may not be an address the SSRF rules block.
+    /// Validates a row as the running config would run it (which refuses a URL whose address
+    /// the SSRF rules block); its plugins must be loaded, as their role's kind.
     fn check(&self, row: &ApiEndpointRow, config: &Config) -> Result<(), AdminError> {
-        let endpoint = config::api_endpoint(row, config).map_err(AdminError::Invalid)?;
+        let endpoint = config::api_endpoint(row, config).map_err(|refused| {
+            if refused.blocked_address {
+                AdminError::Blocked(refused.problems)
+            } else {
+                AdminError::Invalid(refused.problems)
+            }
+        })?;
         let plugins = &self.reloader.plugins;
         let missing: Vec<Problem> = endpoint
             .binding_problems(|name| plugins.world_of(name).map(|w| w.as_str()))
@@ -278,10 +285,7 @@ impl EndpointAdmin {
         if !missing.is_empty() {
             return Err(AdminError::Invalid(missing));
         }
-        match config::blocked_address(&endpoint, &config.delivery.allow_networks) {
-            Some(reason) => Err(AdminError::Blocked(reason)),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 

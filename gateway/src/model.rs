@@ -520,6 +520,53 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// serde helpers for keys written as text that YAML may read as a number (`timeout: 10`,
+/// `max_body: 1000`): the number is kept as its text, so that the key's own check says what is
+/// wrong with it (`10` has no unit) instead of serde naming a type.
+pub mod text_or_number {
+    use std::fmt;
+
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
+
+    /// One such value.
+    struct Text(String);
+
+    impl<'de> Deserialize<'de> for Text {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Reader;
+            impl Visitor<'_> for Reader {
+                type Value = Text;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("text such as 30s or 256KiB")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                    Ok(Text(v.to_owned()))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
+                    Ok(Text(v.to_string()))
+                }
+            }
+            d.deserialize_any(Reader)
+        }
+    }
+
+    /// For an `Option<String>` key.
+    pub fn option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(Option::<Text>::deserialize(d)?.map(|t| t.0))
+    }
+
+    /// For an `Option<Vec<String>>` key.
+    pub fn option_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+        Ok(Option::<Vec<Text>>::deserialize(d)?.map(|list| list.into_iter().map(|t| t.0).collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,17 @@ pub struct ReloadStatus {
     pub ok: bool,
     /// `file:line: path: reason` lines when the reload was refused.
     pub errors: Vec<String>,
+    /// Settings the file changes that are read only at start: they keep their running value
+    /// until a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl ReloadStatus {
+    /// Whether what runs differs from the file on disk (as last read): the file was refused,
+    /// or it changes settings that wait for a restart.
+    pub fn differs_from_file(&self) -> bool {
+        !self.ok || !self.needs_restart.is_empty()
+    }
 }
 
 /// Applies config reloads (from the file watcher, SIGHUP or a test) and records how they went.
@@ -157,7 +168,7 @@ impl Reloader {
 
     /// Tells the operator how a reload went.
     fn record(&self, outcome: &ReloadOutcome) {
-        let (result, ok, errors) = match outcome {
+        let (result, ok, errors, needs_restart) = match outcome {
             ReloadOutcome::NoFile => {
                 tracing::warn!("no config file to reload: the gateway runs on the embedded default");
                 return;
@@ -166,7 +177,16 @@ impl Reloader {
                 for line in problems {
                     tracing::error!("config reload refused: {line}");
                 }
-                ("refused", false, problems.clone())
+                // The line an operator looks for when the gateway does not do what the file
+                // says: the problems above are why.
+                let file = self.config.load().source.clone().unwrap_or_default();
+                tracing::warn!(
+                    file = %file.display(),
+                    problems = problems.len(),
+                    "the config file on disk is not what runs: its reload was refused, and the \
+                     gateway keeps running the config it had"
+                );
+                ("refused", false, problems.clone(), Vec::new())
             }
             ReloadOutcome::Applied {
                 added,
@@ -181,7 +201,7 @@ impl Reloader {
                     );
                 }
                 tracing::info!(added, removed, changed, "config reloaded");
-                ("applied", true, Vec::new())
+                ("applied", true, Vec::new(), needs_restart.clone())
             }
         };
         self.metrics.config_reloads(result).increment(1);
@@ -189,6 +209,7 @@ impl Reloader {
             at: self.clock.now(),
             ok,
             errors,
+            needs_restart,
         });
     }
 }

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, ApiDeps, AppState};
 use crate::attempt::AttemptEnv;
 use crate::clock::Clock;
-use crate::cluster::{ClusterTask, ClusterView};
+use crate::cluster::{ClusterTask, ClusterView, NodeList};
 use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
@@ -177,7 +177,7 @@ impl Gateway {
         let mut tasks = JoinSet::new();
         let view = match (cluster_store, fence) {
             (Some(cluster_store), Some(fence)) => {
-                let nodes = Arc::new(ArcSwap::from_pointee(Vec::new()));
+                let nodes = Arc::new(ArcSwap::from_pointee(NodeList::default()));
                 let mut task = ClusterTask::new(
                     cluster_store,
                     node,
@@ -191,7 +191,7 @@ impl Gateway {
                 );
                 let notices = task.start().await;
                 tasks.spawn(task.run(notices, shutdown.child_token()));
-                ClusterView::Shared(nodes)
+                ClusterView::Shared { nodes, lease }
             }
             _ => ClusterView::Solo(node),
         };

@@ -167,6 +167,95 @@ fn config_check_passes_the_quick_start_config() {
     assert!(stdout.contains(": ok ("), "{stdout}");
 }
 
+/// The quick-start config's comment runs each command as the README's quick start does (it
+/// once started the sink without the `--print` the README's next steps rely on).
+#[test]
+fn the_quick_start_configs_commands_are_the_readmes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config = std::fs::read_to_string(root.join("config/hookgate.yaml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let words = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
+    // The README's command lines, without their trailing comments.
+    let readme_commands: Vec<String> = readme
+        .lines()
+        .map(|l| words(l.split("  #").next().unwrap()))
+        .collect();
+    let commands: Vec<String> = config
+        .lines()
+        .filter_map(|l| l.strip_prefix("#   cargo run"))
+        .map(|rest| words(&format!("cargo run{rest}")))
+        .collect();
+    assert_eq!(commands.len(), 2, "{config}");
+    for command in commands {
+        assert!(
+            readme_commands.contains(&command),
+            "`{command}` is not how the README runs it"
+        );
+    }
+}
+
+/// Every `curl` of the docs that posts a JSON event says it is JSON: without
+/// `content-type: application/json` the gateway takes the body for a raw one and asks for an
+/// `Event-Type` header (the README's tenant example did that).
+#[test]
+fn every_documented_curl_posting_json_says_so() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut docs = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    let mut checked = 0;
+    for doc in docs {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        // A command with its continuation lines.
+        let mut command = String::new();
+        for line in text.lines() {
+            command.push_str(line.trim_end_matches('\\'));
+            command.push(' ');
+            if line.ends_with('\\') {
+                continue;
+            }
+            if command.contains("curl ") && command.contains("-d '{") {
+                checked += 1;
+                assert!(
+                    command.contains("content-type: application/json"),
+                    "{}: {command}",
+                    doc.display()
+                );
+            }
+            command.clear();
+        }
+    }
+    assert!(checked >= 4, "only {checked} commands found");
+}
+
+/// A reader that goes away (`hookgate config schema | head`) ends the command quietly; it
+/// panicked with "failed printing to stdout: Broken pipe" and a backtrace.
+#[test]
+fn output_into_a_closed_pipe_ends_the_command_quietly() {
+    for args in [
+        &["config", "schema"][..],
+        &["policy", "preview", "standard"],
+        &["keygen", "ed25519"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader leaves before the command has written a line.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn config_check_accepts_an_sns_policy_in_yaml_and_pasted_as_json() {
     let dir = tempfile::tempdir().unwrap();

@@ -55,8 +55,16 @@ async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, Api
         .filter(|p| p.endpoint == ep.name)
         .map(ToString::to_string)
         .collect();
+    let topic_policies = {
+        let config = state.config.load();
+        ep.topics
+            .iter()
+            .map(|topic| (topic.clone(), config.policy_for(ep, topic).name().to_owned()))
+            .collect()
+    };
     Ok(EndpointView::new(
         ep,
+        topic_policies,
         state.health_of(&ep.name).await,
         history,
         problems,

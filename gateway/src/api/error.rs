@@ -158,34 +158,37 @@ impl From<RecoveryError> for ApiError {
     }
 }
 
+/// A 400 whose message lists the endpoint's problems, which `problems` gives one by one.
+fn with_problems(code: &'static str, problems: Vec<crate::config::Problem>) -> ApiError {
+    let problems: Vec<FieldProblem> = problems
+        .into_iter()
+        .map(|p| FieldProblem {
+            path: p.path,
+            reason: p.reason,
+        })
+        .collect();
+    let listed: Vec<String> = problems
+        .iter()
+        .map(|p| {
+            if p.path.is_empty() {
+                p.reason.clone()
+            } else {
+                format!("{}: {}", p.path, p.reason)
+            }
+        })
+        .collect();
+    ApiError {
+        problems,
+        ..ApiError::bad_request(code, listed.join("; "))
+    }
+}
+
 impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> Self {
         let message = e.to_string();
         match e {
-            AdminError::Invalid(problems) => {
-                let problems: Vec<FieldProblem> = problems
-                    .into_iter()
-                    .map(|p| FieldProblem {
-                        path: p.path,
-                        reason: p.reason,
-                    })
-                    .collect();
-                let listed: Vec<String> = problems
-                    .iter()
-                    .map(|p| {
-                        if p.path.is_empty() {
-                            p.reason.clone()
-                        } else {
-                            format!("{}: {}", p.path, p.reason)
-                        }
-                    })
-                    .collect();
-                ApiError {
-                    problems,
-                    ..ApiError::bad_request("invalid_endpoint", listed.join("; "))
-                }
-            }
-            AdminError::Blocked(_) => ApiError::bad_request("blocked_address", message),
+            AdminError::Invalid(problems) => with_problems("invalid_endpoint", problems),
+            AdminError::Blocked(problems) => with_problems("blocked_address", problems),
             AdminError::DeclaredInConfig(_) => ApiError::conflict("endpoint_declared_in_config", message),
             AdminError::NotFound(_) => ApiError::not_found("endpoint_not_found", message),
             AdminError::NameTaken(_) => ApiError::conflict("name_taken", message),

@@ -167,7 +167,7 @@ impl AppState {
     /// An endpoint's health as the API shows it. In a cluster the database's: the node
     /// delivering the endpoint may be another, and this node learns only its state changes.
     pub(crate) async fn health_of(&self, endpoint: &str) -> crate::health::EndpointHealth {
-        if let crate::cluster::ClusterView::Shared(_) = self.cluster
+        if let crate::cluster::ClusterView::Shared { .. } = self.cluster
             && let Some(cluster) = self.store.clone().cluster()
             && let Ok(Some(health)) = cluster.health_of(endpoint).await
         {

@@ -12,6 +12,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::views::{ClusterNodesView, NodeView};
 use crate::model::{EndpointState, Timestamp};
+use crate::reload::ReloadStatus;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -72,6 +73,8 @@ pub(crate) struct ReloadView {
     ok: bool,
     /// `file:line: path: reason` lines of a refused reload.
     errors: Vec<String>,
+    /// Settings the file changes that are read only at start; they apply after a restart.
+    needs_restart: Vec<&'static str>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -91,6 +94,10 @@ pub(crate) struct StatusView {
     queue_depth: u64,
     /// The worker threads this process runs on: `server.workers`, or one per CPU it may use.
     workers: usize,
+    /// True when what runs is not the config file on disk (as last read): its last reload was
+    /// refused (`last_reload.errors` say why), or it changes settings read only at start
+    /// (`last_reload.needs_restart`).
+    config_differs_from_file: bool,
     last_reload: Option<ReloadView>,
     /// What keeps parts of the config from working now, e.g. `endpoint billing binds transform
     /// plugin "cloudevent" which is not loaded`. Empty when all is well.
@@ -113,10 +120,15 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
         topics: config.topics.len(),
         queue_depth: state.scheduler.queue_depth(),
         workers: tokio::runtime::Handle::current().metrics().num_workers(),
+        config_differs_from_file: runtime
+            .last_reload
+            .as_ref()
+            .is_some_and(ReloadStatus::differs_from_file),
         last_reload: runtime.last_reload.map(|r| ReloadView {
             at: r.at,
             ok: r.ok,
             errors: r.errors,
+            needs_restart: r.needs_restart,
         }),
         problems: runtime.binding_problems.iter().map(ToString::to_string).collect(),
     })
@@ -130,6 +142,9 @@ async fn cluster(State(state): State<AppState>) -> Json<ClusterNodesView> {
     let endpoints = state.config.load().endpoints.len();
     let nodes = state.cluster.nodes(state.clock.now(), endpoints);
     Json(ClusterNodesView {
-        nodes: nodes.into_iter().map(NodeView::from).collect(),
+        nodes: nodes
+            .into_iter()
+            .map(|(node, node_state)| NodeView::new(node, node_state))
+            .collect(),
     })
 }

@@ -249,7 +249,12 @@ pub(crate) struct EndpointView {
     pub(crate) target: Option<String>,
     pub(crate) topics: Vec<String>,
     pub(crate) types: Vec<String>,
+    /// Its own retry policy; null: each topic's (else `standard`).
     pub(crate) policy: Option<String>,
+    /// The policy the deliveries of each of its topics follow: `policy`, else the topic's,
+    /// else `standard`.
+    #[serde(default)]
+    pub(crate) topic_policies: std::collections::BTreeMap<String, String>,
     /// active, degraded, paused or disabled.
     #[schema(value_type = String, example = "active")]
     pub(crate) state: EndpointState,
@@ -309,6 +314,7 @@ fn http_kind() -> String {
 impl EndpointView {
     pub(crate) fn new(
         ep: &EndpointConfig,
+        topic_policies: std::collections::BTreeMap<String, String>,
         health: EndpointHealth,
         history: Vec<HistoryEntry>,
         problems: Vec<String>,
@@ -330,6 +336,7 @@ impl EndpointView {
             topics: ep.topics.clone(),
             types: ep.types.clone(),
             policy: ep.policy.clone(),
+            topic_policies,
             state: health.state,
             consecutive_failures: health.consecutive_failures,
             failing_since: health.failing_since,
@@ -519,21 +526,28 @@ pub(crate) struct NodeView {
     pub(crate) id: String,
     /// Where the node's API listens.
     pub(crate) address: String,
+    /// `alive` (seen within `cluster.lease`), `lapsed` (not seen for longer: killed, frozen or
+    /// cut off; the others take its endpoints over) or `left` (it stopped cleanly). A node not
+    /// seen for an hour is no longer listed.
+    #[serde(default)]
+    #[schema(example = "alive")]
+    pub(crate) state: String,
     #[schema(value_type = String, format = DateTime)]
     pub(crate) started_at: Timestamp,
-    /// When the node last renewed its leases (the database's clock); a node not seen for
-    /// longer than `cluster.lease` is taken for dead.
+    /// When the node last renewed its leases (the database's clock); for a node that left,
+    /// when it left.
     #[schema(value_type = String, format = DateTime)]
     pub(crate) last_seen_at: Timestamp,
     /// Endpoints whose deliveries the node holds the lease of.
     pub(crate) leases: u32,
 }
 
-impl From<crate::store::NodeRow> for NodeView {
-    fn from(n: crate::store::NodeRow) -> Self {
+impl NodeView {
+    pub(crate) fn new(n: crate::store::NodeRow, state: crate::cluster::NodeState) -> Self {
         NodeView {
             id: n.id,
             address: n.address,
+            state: state.as_str().to_owned(),
             started_at: n.started_at,
             last_seen_at: n.last_seen_at,
             leases: n.leases,

@@ -2,6 +2,18 @@
 //! preview`, `plugin check`, and the operator commands that talk to a running gateway's API.
 
 mod import;
+
+/// `println!` for a command's output: when the reader has gone (`hookgate deliveries | head`),
+/// the command ends quietly instead of panicking on the broken pipe.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::cli::stdout_failed(&e)
+        }
+    }};
+}
+
 mod migrate;
 mod ops;
 
@@ -50,7 +62,10 @@ enum LogFormat {
 enum Command {
     /// Run the gateway. Without --config: the embedded default (loopback, ./data/hookgate.db).
     Serve {
-        #[arg(long)]
+        /// The config file (YAML; `hookgate config check FILE` validates it). Without it: the
+        /// embedded default, on 127.0.0.1:8080 with ./data/hookgate.db and one topic,
+        /// `default`.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Run the clock this many times faster (3600: one real second is one simulated hour).
         /// For trying out schedules and for tests; every time the API shows is simulated.
@@ -97,6 +112,7 @@ enum Command {
     /// endpoint's `secret` with `signature: ed25519`) and its `whpk_` public key (for the
     /// receiver).
     Keygen {
+        /// The kind of key pair.
         #[arg(value_enum)]
         scheme: KeyScheme,
     },
@@ -129,7 +145,10 @@ enum KeyScheme {
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Validate a config file: exit 0, or print `file:line: path: reason` lines and exit 1.
-    Check { file: PathBuf },
+    Check {
+        /// The config file.
+        file: PathBuf,
+    },
     /// Print the JSON Schema of the config file (for editor completion and checking).
     Schema,
 }
@@ -138,8 +157,10 @@ enum ConfigCommand {
 enum PolicyCommand {
     /// Print a policy's planned attempts (without jitter, deadline applied).
     Preview {
+        /// The policy: a preset (`standard`, `sns-http-default`…) or one of the config file's.
         name: String,
-        #[arg(long)]
+        /// The config file whose policies to look in; without it, the presets only.
+        #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Also draw the waits as an SVG chart into this file.
         #[arg(long)]
@@ -152,6 +173,7 @@ enum PluginCommand {
     /// Compile and validate a plugin, print its world, imports, size and compile time, and run
     /// it once on a sample input.
     Check {
+        /// The plugin, a `.wasm` WebAssembly component.
         file: PathBuf,
         /// A config entry for the sample call, as a binding's `config` would give it
         /// (`--config team=payments`); repeat for more. Lists and maps as JSON text.
@@ -201,13 +223,26 @@ fn init_logging(format: LogFormat) {
         .or_else(|_| std::env::var("RUST_LOG"))
         .ok();
     let filter = log_filter(spec.as_deref());
+    // Colour only for a person at a terminal: a file or a pipe gets plain text.
+    use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// Output to a reader that has gone ends the command: with success when the pipe was closed
+/// (the reader had what it wanted, as with `head`), else with the error.
+fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("cannot write the output: {e}");
+    std::process::exit(1);
 }
 
 /// The `hookgate` binary's entry point.
@@ -237,7 +272,7 @@ fn run(cli: Cli) -> ExitCode {
             command: ConfigCommand::Check { file },
         } => match config::load_file(&file) {
             Ok(c) => {
-                println!(
+                say!(
                     "{}: ok ({} topics, {} endpoints, {} policies)",
                     file.display(),
                     c.topics.len(),
@@ -254,7 +289,7 @@ fn run(cli: Cli) -> ExitCode {
         Command::Config {
             command: ConfigCommand::Schema,
         } => {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string_pretty(&config::json_schema()).expect("serializes")
             );
@@ -271,7 +306,7 @@ fn run(cli: Cli) -> ExitCode {
             &config.into_iter().collect(),
         ) {
             Ok(report) => {
-                println!("{report}");
+                say!("{report}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -316,8 +351,8 @@ fn man_pages(dir: Option<&Path>) -> ExitCode {
 fn keygen_ed25519() -> ExitCode {
     match crate::delivery::signing::generate_ed25519() {
         Ok((secret, public)) => {
-            println!("secret:     {}", secret.expose());
-            println!("public_key: {public}");
+            say!("secret:     {}", secret.expose());
+            say!("public_key: {public}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -347,13 +382,16 @@ fn preview(name: &str, config: Option<&Path>, svg: Option<&Path>) -> ExitCode {
         eprintln!("no policy `{name}` (known: {})", known.join(", "));
         return ExitCode::FAILURE;
     };
-    print!("{}", crate::policy::render_preview_table(policy));
+    say!(
+        "{}",
+        crate::policy::render_preview_table(policy).trim_end_matches('\n')
+    );
     if let Some(path) = svg {
         if let Err(e) = std::fs::write(path, crate::charts::render_preview_svg(policy)) {
             eprintln!("cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }
-        println!("chart written to {}", path.display());
+        say!("chart written to {}", path.display());
     }
     ExitCode::SUCCESS
 }
@@ -424,6 +462,30 @@ async fn wait_for_stop_signal(gateway: &Gateway) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every command and argument says what it is in `--help` (`serve --config` did not).
+    #[test]
+    fn every_command_and_argument_has_help_text() {
+        use clap::CommandFactory as _;
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hookgate", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 
     #[test]
     fn a_bare_level_is_for_hookgate_and_full_directives_pass_through() {

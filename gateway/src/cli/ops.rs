@@ -43,7 +43,9 @@ pub(super) enum OpsCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// The nodes sharing the gateway's database, and the endpoint leases each holds.
+    /// The nodes sharing the gateway's database: each one's state (alive, lapsed: not seen
+    /// for longer than a lease, left: stopped cleanly), when it was last seen, and the
+    /// endpoint leases it holds.
     Cluster {
         #[command(flatten)]
         target: Target,
@@ -65,11 +67,13 @@ pub(super) enum OpsCommand {
     },
     /// The delivery log, newest first.
     Deliveries {
+        /// Only this endpoint's.
         #[arg(long)]
         endpoint: Option<String>,
         /// pending, delivering, succeeded, failed or dead.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many, newest first.
         #[arg(long, default_value_t = 20)]
         limit: u32,
         #[command(flatten)]
@@ -77,12 +81,14 @@ pub(super) enum OpsCommand {
     },
     /// Attempt a delivery again now.
     Redeliver {
+        /// The delivery (`dlv_…`).
         id: String,
         #[command(flatten)]
         target: Target,
     },
     /// Make a paused or disabled endpoint active again.
     Reenable {
+        /// The endpoint.
         name: String,
         /// Also re-send the endpoint's events since this RFC 3339 time (≤ 7 days back).
         #[arg(long)]
@@ -95,6 +101,7 @@ pub(super) enum OpsCommand {
     },
     /// Re-send an endpoint's events of a time window.
     Replay {
+        /// The endpoint.
         name: String,
         /// RFC 3339, at most 7 days back.
         #[arg(long)]
@@ -125,16 +132,21 @@ pub(super) enum EndpointAction {
     },
     /// Change an endpoint created through the API: only the keys given change.
     Update {
+        /// The endpoint (created through the API).
         name: String,
         #[command(flatten)]
         keys: EndpointKeys,
     },
     /// Delete an endpoint created through the API; its waiting deliveries end
     /// `endpoint_removed`.
-    Delete { name: String },
+    Delete {
+        /// The endpoint (created through the API).
+        name: String,
+    },
     /// Send a test event to an endpoint now and print what became of it (the endpoint's
     /// state and counters do not change).
     Test {
+        /// The endpoint.
         name: String,
         /// The test event's type; default `hookgate.test`.
         #[arg(long = "type")]
@@ -143,6 +155,7 @@ pub(super) enum EndpointAction {
     /// Give an endpoint a new signing secret, printed this once; the old one signs too until
     /// the overlap ends.
     RotateSecret {
+        /// The endpoint (created through the API).
         name: String,
         /// The new secret; default: a generated one.
         #[arg(long)]
@@ -165,10 +178,13 @@ pub(super) struct EndpointKeys {
     /// An event-type glob it takes (repeat for more).
     #[arg(long = "type")]
     types: Vec<String>,
+    /// The tenant whose events (only) it receives; none: every tenant's.
     #[arg(long)]
     tenant: Option<String>,
+    /// Its retry policy; default: each topic's.
     #[arg(long)]
     policy: Option<String>,
+    /// Free text for people.
     #[arg(long)]
     description: Option<String>,
     /// Other keys as a JSON object, e.g. `{"max_per_second": 10, "headers": {"x-team": "a"}}`.
@@ -296,14 +312,24 @@ impl ApiClient {
         };
         if !status.is_success() {
             let error: ErrorAnswer = serde_json::from_slice(&bytes).unwrap_or_default();
-            return Err(format!(
-                "{status}: {}: {}",
-                error.error.code.as_deref().unwrap_or("error"),
-                error.error.message.as_deref().unwrap_or("no details")
-            ));
+            let code = error.error.code.as_deref().unwrap_or("error");
+            let message = error.error.message.as_deref().unwrap_or("no details");
+            return Err(format!("{status}: {code}: {}", key_hint(status, code, message)));
         }
         serde_json::from_slice(&bytes)
             .map_err(|e| format!("{status}: an answer this command does not understand: {e}"))
+    }
+}
+
+/// The API's words for a missing or refused key speak of the header; a command user passes the
+/// key as a flag or in the environment, so say that.
+fn key_hint(status: http::StatusCode, code: &str, message: &str) -> String {
+    match (status.as_u16(), code) {
+        (401, "unauthorized") => {
+            "the gateway needs an API key: pass it with --api-key KEY or in HOOKGATE_API_KEY".to_owned()
+        }
+        (403, "forbidden") => format!("{message} (the key of --api-key or HOOKGATE_API_KEY)"),
+        _ => message.to_owned(),
     }
 }
 
@@ -339,7 +365,7 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) {
             .enumerate()
             .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
             .collect();
-        println!("{}", parts.join("  ").trim_end());
+        say!("{}", parts.join("  ").trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
     for row in rows {
@@ -410,7 +436,7 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             let d: DeliveryView = ApiClient::new(&target)?
                 .post(&format!("/v1/deliveries/{}/redeliver", segment(&id)), None, &[])
                 .await?;
-            println!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
+            say!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
         }
         OpsCommand::Reenable {
             name,
@@ -451,7 +477,7 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
         }
         EndpointAction::Delete { name } => {
             let _: Value = api.call(Method::DELETE, &path(&name), None, &[]).await?;
-            println!("deleted {name}");
+            say!("deleted {name}");
             return Ok(());
         }
         EndpointAction::Test { name, event_type } => {
@@ -480,7 +506,7 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
     };
     print_endpoint(&saved.endpoint);
     if let Some(secret) = saved.secret {
-        println!("\nsecret (shown once): {secret}");
+        say!("\nsecret (shown once): {secret}");
     }
     Ok(())
 }
@@ -499,13 +525,14 @@ async fn reenable(
             &[],
         )
         .await?;
-    println!(
+    say!(
         "{name} is {}; {} events queued again",
-        r.endpoint.state, r.replayed
+        r.endpoint.state,
+        r.replayed
     );
     if let Some(replay) = &r.replay {
         if replay.truncated {
-            println!(
+            say!(
                 "truncated at 10 000 events: replay again from {}",
                 cell(replay.continue_from)
             );
@@ -533,9 +560,9 @@ async fn replay(
             &[("idempotency-key", key)],
         )
         .await?;
-    println!("{} events queued again for {name}", r.queued);
+    say!("{} events queued again for {name}", r.queued);
     if r.truncated {
-        println!(
+        say!(
             "truncated at 10 000 events: replay again with --since {}",
             cell(r.continue_from)
         );
@@ -554,13 +581,17 @@ fn print_nodes(view: &ClusterNodesView) {
             vec![
                 n.id.clone(),
                 n.address.clone(),
+                n.state.clone(),
                 n.started_at.to_string(),
                 n.last_seen_at.to_string(),
                 n.leases.to_string(),
             ]
         })
         .collect();
-    table(&["NODE", "ADDRESS", "STARTED", "LAST SEEN", "LEASES"], rows);
+    table(
+        &["NODE", "ADDRESS", "STATE", "STARTED", "LAST SEEN", "LEASES"],
+        rows,
+    );
 }
 
 fn print_endpoints(list: &EndpointList) {
@@ -591,6 +622,22 @@ fn print_endpoints(list: &EndpointList) {
     );
 }
 
+/// The endpoint's own policy, or each topic's (`orders: fast, users: standard`).
+fn policy_of(e: &EndpointView) -> String {
+    match &e.policy {
+        Some(own) => own.clone(),
+        None if e.topic_policies.is_empty() => "-".to_owned(),
+        None => {
+            let each: Vec<String> = e
+                .topic_policies
+                .iter()
+                .map(|(t, p)| format!("{t}: {p}"))
+                .collect();
+            format!("{} (the topics')", each.join(", "))
+        }
+    }
+}
+
 fn print_endpoint(e: &EndpointView) {
     let fields = [
         ("name", e.name.clone()),
@@ -603,16 +650,16 @@ fn print_endpoint(e: &EndpointView) {
         ("consecutive_failures", e.consecutive_failures.to_string()),
         ("failing_since", cell(e.failing_since)),
         ("last_success_at", cell(e.last_success_at)),
-        ("policy", cell(e.policy.as_ref())),
+        ("policy", policy_of(e)),
         ("topics", serde_json::to_string(&e.topics).unwrap_or_default()),
     ];
     for (key, value) in fields {
-        println!("{key:<22}{value}");
+        say!("{key:<22}{value}");
     }
     for problem in &e.problems {
-        println!("{:<22}{problem}", "problem");
+        say!("{:<22}{problem}", "problem");
     }
-    println!("\nhistory:");
+    say!("\nhistory:");
     let rows = e
         .history
         .iter()
@@ -708,9 +755,11 @@ async fn wait_for(api: &ApiClient, endpoint: &str, replay: &ReplayOutcome) -> Re
         bar.set_position(total.saturating_sub(summary.pending));
         if summary.pending == 0 {
             bar.finish();
-            println!(
+            say!(
                 "done: {} succeeded, {} failed, {} dead",
-                summary.succeeded, summary.failed, summary.dead
+                summary.succeeded,
+                summary.failed,
+                summary.dead
             );
             return Ok(());
         }

@@ -6,18 +6,38 @@ use std::sync::Arc;
 
 use super::endpoint::Known;
 use super::raw::RawEndpoint;
+use super::shape::{self, Shaped};
 use super::validate::Validator;
 use super::{Config, ConfigError, EndpointConfig, EndpointSource, Problem};
-use crate::delivery::ssrf;
 use crate::model::Secret;
 use crate::store::ApiEndpointRow;
 
 /// The label of an API endpoint's problems, where a file's problems name the file.
 const LABEL: &str = "api";
 
-/// Validates an endpoint created through the API as the running `config` would run it. The
-/// problems' paths are inside the endpoint (`url`, `topics[0]`).
-pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointConfig, Vec<Problem>> {
+/// Why an endpoint created through the API cannot run: its problems, with paths inside the
+/// endpoint (`url`, `topics[0]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub problems: Vec<Problem>,
+    /// Every problem is an address the SSRF rules block (the API answers `blocked_address`;
+    /// with other problems too, `invalid_endpoint`).
+    pub blocked_address: bool,
+}
+
+impl From<Problem> for Refused {
+    fn from(problem: Problem) -> Self {
+        Refused {
+            problems: vec![problem],
+            blocked_address: false,
+        }
+    }
+}
+
+/// Validates an endpoint created through the API as the running `config` would run it: the
+/// validator of the file's endpoints, against the running topics, policies and
+/// `delivery.allow_networks`.
+pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointConfig, Refused> {
     let prefix = format!("endpoints.{}", row.name);
     let relative = |mut problems: Vec<Problem>| {
         for p in &mut problems {
@@ -29,19 +49,30 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
         }
         problems
     };
-    let raw: RawEndpoint = parse_spec(&row.spec).map_err(|p| vec![p])?;
+    let mut shaped = parse_spec(&row.spec)?;
+    let mut shape_problems: Vec<Problem> = shaped
+        .problems
+        .iter()
+        .map(|(path, reason)| problem(path, reason.clone()))
+        .collect();
+    let Some(raw) = shaped.value.take() else {
+        return Err(Refused {
+            problems: shape_problems,
+            blocked_address: false,
+        });
+    };
     if raw.tls.is_some() {
-        return Err(vec![problem(
+        shape_problems.push(problem(
             "tls",
             "client certificates are files on the gateway's host: declare such an endpoint in the config file".into(),
-        )]);
+        ));
+        return Err(Refused {
+            problems: shape_problems,
+            blocked_address: false,
+        });
     }
     let line_of = |_: &str| 0;
-    let mut v = Validator {
-        label: LABEL,
-        line_of: &line_of,
-        problems: Vec::new(),
-    };
+    let mut v = Validator::new(LABEL, &line_of);
     if !valid_api_name(&row.name) {
         v.problem(
             &prefix,
@@ -54,10 +85,16 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
     let known = Known {
         topics: &config.topics,
         policies: &config.policies,
+        allow_networks: &config.delivery.allow_networks,
     };
     let endpoint = v.endpoint(&row.name, raw, &known);
-    if !v.problems.is_empty() {
-        return Err(relative(v.problems));
+    if !v.problems.is_empty() || !shape_problems.is_empty() {
+        let found = relative(v.problems);
+        shape_problems.extend(found.into_iter().filter(|p| !shaped.covers(&p.path)));
+        return Err(Refused {
+            blocked_address: v.blocked_addresses == shape_problems.len(),
+            problems: shape_problems,
+        });
     }
     let mut endpoint = endpoint.expect("an endpoint without problems is built");
     endpoint.source = EndpointSource::Api;
@@ -68,28 +105,18 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
     Ok(endpoint)
 }
 
-/// Why the endpoint's URL may not be used, when its host is an IP address in a range the SSRF
-/// rules block and `allow` does not list. (Names are checked at every attempt, after they are
-/// resolved.)
-pub fn blocked_address(endpoint: &EndpointConfig, allow: &[ipnet::IpNet]) -> Option<String> {
-    let host = endpoint.destination.host()?;
-    let ip: std::net::IpAddr = host.trim_start_matches('[').trim_end_matches(']').parse().ok()?;
-    let reason = ssrf::check(ip, allow).err()?;
-    Some(format!(
-        "{ip} is {reason}: webhooks may not target it (delivery.allow_networks lists the exceptions)"
-    ))
-}
-
-/// The stored JSON as the file's endpoint keys; a problem names the key's path.
-fn parse_spec(spec: &str) -> Result<RawEndpoint, Problem> {
-    let mut de = serde_json::Deserializer::from_str(spec);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
+/// The stored JSON as the file's endpoint keys, every mistake of shape found (each names the
+/// key's path); a text that is not JSON is one problem.
+fn parse_spec(spec: &str) -> Result<Shaped<RawEndpoint>, Problem> {
+    let tree: serde_json::Value = serde_json::from_str(spec).map_err(|e| {
         // The position in a JSON text the caller did not write as such says nothing.
-        let reason = e.inner().to_string();
-        let reason = reason.split(" at line ").next().unwrap_or_default().to_owned();
-        problem(if path == "." { "" } else { &path }, reason)
-    })
+        let reason = e.to_string();
+        problem(
+            "",
+            reason.split(" at line ").next().unwrap_or_default().to_owned(),
+        )
+    })?;
+    Ok(shape::read(tree))
 }
 
 fn problem(path: &str, reason: String) -> Problem {
@@ -140,7 +167,7 @@ impl Config {
                     added.insert(ep.name.clone(), Arc::new(ep));
                 }
                 Err(found) => {
-                    problems.extend(found.into_iter().map(|p| Problem {
+                    problems.extend(found.problems.into_iter().map(|p| Problem {
                         file: file.clone(),
                         line: 0,
                         path: String::new(),
@@ -187,9 +214,9 @@ mod tests {
         }
     }
 
-    fn problems(result: Result<EndpointConfig, Vec<Problem>>) -> Vec<(String, String)> {
+    fn problems(result: Result<EndpointConfig, Refused>) -> Vec<(String, String)> {
         match result {
-            Err(ps) => ps.into_iter().map(|p| (p.path, p.reason)).collect(),
+            Err(refused) => refused.problems.into_iter().map(|p| (p.path, p.reason)).collect(),
             Ok(ep) => panic!("expected problems, got {}", ep.name),
         }
     }
@@ -248,7 +275,6 @@ mod tests {
     #[test]
     fn an_ip_literal_in_a_blocked_range_is_refused_unless_allowed() {
         let c = config();
-        let allow = &c.delivery.allow_networks;
         for url in [
             "http://10.0.0.1/x",
             "http://[::1]/x",
@@ -256,24 +282,38 @@ mod tests {
             "nats://10.0.0.1:4222/orders",
             "redis://[fd00::1]/0?stream=s",
         ] {
-            let ep = api_endpoint(
+            let refused = api_endpoint(
                 &row("x", serde_json::json!({"url": url, "topics": ["orders"]})),
                 &c,
             )
-            .unwrap();
-            assert!(blocked_address(&ep, allow).is_some(), "{url}");
+            .unwrap_err();
+            assert!(refused.blocked_address, "{url}");
+            assert_eq!(refused.problems[0].path, "url", "{url}");
+            assert!(
+                refused.problems[0].reason.contains("delivery.allow_networks"),
+                "{refused:?}"
+            );
+        }
+        for spec in [
+            serde_json::json!({"url": "ftp://h", "topics": ["orders"]}),
+            serde_json::json!({"url": "http://10.0.0.1/x", "topics": ["nope"]}),
+        ] {
+            let refused = api_endpoint(&row("x", spec.clone()), &c).unwrap_err();
+            assert!(
+                !refused.blocked_address,
+                "blocked_address only when the address is all that is wrong: {spec}"
+            );
         }
         for url in [
             "http://127.0.0.1:9/x",
             "http://example.com/x",
             "mqtt://127.0.0.1:1883/a/b",
         ] {
-            let ep = api_endpoint(
+            api_endpoint(
                 &row("x", serde_json::json!({"url": url, "topics": ["orders"]})),
                 &c,
             )
-            .unwrap();
-            assert_eq!(blocked_address(&ep, allow), None, "{url}");
+            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
         }
     }
 

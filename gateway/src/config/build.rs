@@ -25,11 +25,7 @@ pub(super) fn build(
     label: &str,
     line_of: &dyn Fn(&str) -> usize,
 ) -> Result<Config, ConfigError> {
-    let mut v = Validator {
-        label,
-        line_of,
-        problems: Vec::new(),
-    };
+    let mut v = Validator::new(label, line_of);
     let server = v.server(&raw.server);
     let storage = v.storage(&raw.storage);
     let cluster = v.cluster(&raw.cluster);
@@ -43,6 +39,7 @@ pub(super) fn build(
     let known = Known {
         topics: &topics,
         policies: &policies,
+        allow_networks: &delivery.allow_networks,
     };
     let mut endpoints = BTreeMap::new();
     for (name, raw_ep) in raw.endpoints {
@@ -124,17 +121,20 @@ impl Validator<'_> {
                 "server.shutdown_grace",
                 raw.shutdown_grace.as_deref(),
                 defaults::SHUTDOWN_GRACE,
+                limits::SHUTDOWN_GRACE,
             ),
             rate_limit_per_key: self.positive("server.rate_limit_per_key", raw.rate_limit_per_key),
-            header_timeout: self.nonzero_duration(
+            header_timeout: self.duration(
                 "server.header_timeout",
                 raw.header_timeout.as_deref(),
                 defaults::HEADER_TIMEOUT,
+                limits::HEADER_TIMEOUT,
             ),
-            body_timeout: self.nonzero_duration(
+            body_timeout: self.duration(
                 "server.body_timeout",
                 raw.body_timeout.as_deref(),
                 defaults::BODY_TIMEOUT,
+                limits::BODY_TIMEOUT,
             ),
             workers: self.workers(raw.workers),
         }
@@ -214,10 +214,12 @@ impl Validator<'_> {
     }
 
     fn cluster(&mut self, raw: &RawCluster) -> ClusterConfig {
-        let lease = self.duration("cluster.lease", raw.lease.as_deref(), defaults::CLUSTER_LEASE);
-        if lease < limits::MIN_CLUSTER_LEASE {
-            self.problem("cluster.lease", "must be at least 1s".into());
-        }
+        let lease = self.duration(
+            "cluster.lease",
+            raw.lease.as_deref(),
+            defaults::CLUSTER_LEASE,
+            limits::CLUSTER_LEASE,
+        );
         let node_id = raw.node_id.clone().filter(|id| {
             let ok = !id.is_empty()
                 && id.len() <= 64
@@ -268,11 +270,13 @@ impl Validator<'_> {
                 "plugins.call_timeout",
                 raw.call_timeout.as_deref(),
                 defaults::PLUGIN_CALL_TIMEOUT,
+                limits::PLUGIN_CALL_TIMEOUT,
             ),
             call_wall_timeout: self.duration(
                 "plugins.call_wall_timeout",
                 raw.call_wall_timeout.as_deref(),
                 defaults::PLUGIN_CALL_WALL_TIMEOUT,
+                limits::PLUGIN_CALL_WALL_TIMEOUT,
             ),
             max_file_bytes: self.size(
                 "plugins.max_file_size",
@@ -323,6 +327,7 @@ impl Validator<'_> {
                 "delivery.timeout",
                 raw.timeout.as_deref(),
                 defaults::DELIVERY_TIMEOUT,
+                limits::DELIVERY_TIMEOUT,
             ),
             allow_networks,
             extra_roots,
@@ -345,7 +350,12 @@ impl Validator<'_> {
             degrade_after_failures: self
                 .positive("health.degrade_after_failures", raw.degrade_after_failures)
                 .unwrap_or(d.degrade_after_failures),
-            pause_after: self.duration("health.pause_after", raw.pause_after.as_deref(), d.pause_after),
+            pause_after: self.duration(
+                "health.pause_after",
+                raw.pause_after.as_deref(),
+                d.pause_after,
+                limits::PAUSE_AFTER,
+            ),
             pause_min_failures: self
                 .positive("health.pause_min_failures", raw.pause_min_failures)
                 .unwrap_or(d.pause_min_failures),
@@ -353,6 +363,7 @@ impl Validator<'_> {
                 "health.disable_after",
                 raw.disable_after.as_deref(),
                 d.disable_after,
+                limits::DISABLE_AFTER,
             ),
         };
         if let Some(op) = &raw.operator_topic {
@@ -365,26 +376,26 @@ impl Validator<'_> {
     }
 
     fn retention(&mut self, raw: &RawRetention) -> RetentionConfig {
-        let retention = RetentionConfig {
+        RetentionConfig {
             deliveries: self.duration(
                 "retention.deliveries",
                 raw.deliveries.as_deref(),
                 defaults::RETAIN_DELIVERIES,
+                limits::RETAIN_DELIVERIES,
             ),
-            events: self.duration("retention.events", raw.events.as_deref(), defaults::RETAIN_EVENTS),
+            events: self.duration(
+                "retention.events",
+                raw.events.as_deref(),
+                defaults::RETAIN_EVENTS,
+                limits::RETAIN_EVENTS,
+            ),
             idempotency: self.duration(
                 "retention.idempotency",
                 raw.idempotency.as_deref(),
                 defaults::RETAIN_IDEMPOTENCY_KEYS,
+                limits::RETAIN_IDEMPOTENCY_KEYS,
             ),
-        };
-        if retention.events < limits::MIN_RETAIN_EVENTS {
-            self.problem(
-                "retention.events",
-                "must be at least 7d, the window replay needs".into(),
-            );
         }
-        retention
     }
 
     /// The trace exporter, or None when its section has a problem (recorded).

@@ -45,12 +45,54 @@ pub const RETAIN_IDEMPOTENCY_KEYS: Duration = Duration::from_secs(86_400);
 pub mod limits {
     use std::time::Duration;
 
-    /// The shortest `retention.events`: the window replay needs.
-    pub const MIN_RETAIN_EVENTS: Duration = Duration::from_secs(7 * 86_400);
+    /// The values a duration key may take; the shortest may come with the reason for it.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Span {
+        pub min: Duration,
+        pub max: Duration,
+        /// Why nothing shorter will do, when it is not plain sense.
+        pub min_because: Option<&'static str>,
+    }
+
+    const fn span(min: Duration, max: Duration) -> Span {
+        Span {
+            min,
+            max,
+            min_because: None,
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+    const S: Duration = Duration::from_secs(1);
+    const MIN: Duration = Duration::from_secs(60);
+    const H: Duration = Duration::from_secs(3600);
+    const D: Duration = Duration::from_secs(86_400);
+
+    // Every duration key's span. The bounds are wide; they refuse what cannot be meant (a
+    // timeout of 0s refuses everything, 99999d is a typo) rather than tune anything.
+    pub const SHUTDOWN_GRACE: Span = span(Duration::ZERO, H);
+    pub const HEADER_TIMEOUT: Span = span(MS.saturating_mul(100), H);
+    pub const BODY_TIMEOUT: Span = span(MS.saturating_mul(100), H);
+    /// Renewals go every third of it; a node gone for an hour is forgotten, so that a lapsed
+    /// node is listed as such for most of that hour.
+    pub const CLUSTER_LEASE: Span = span(S, MIN.saturating_mul(10));
+    /// Guest code is interrupted in 2 ms ticks.
+    pub const PLUGIN_CALL_TIMEOUT: Span = span(MS.saturating_mul(10), MIN);
+    pub const PLUGIN_CALL_WALL_TIMEOUT: Span = span(MS.saturating_mul(10), MIN.saturating_mul(10));
+    /// `delivery.timeout` and an endpoint's `timeout`.
+    pub const DELIVERY_TIMEOUT: Span = span(MS.saturating_mul(100), MIN.saturating_mul(15));
+    pub const PAUSE_AFTER: Span = span(MIN, D.saturating_mul(365));
+    pub const DISABLE_AFTER: Span = span(MIN, D.saturating_mul(365));
+    pub const RETAIN_DELIVERIES: Span = span(H, D.saturating_mul(3650));
+    pub const RETAIN_EVENTS: Span = Span {
+        min: D.saturating_mul(7),
+        max: D.saturating_mul(3650),
+        min_because: Some("the window replay needs"),
+    };
+    pub const RETAIN_IDEMPOTENCY_KEYS: Span = span(MIN, D.saturating_mul(30));
+
     /// The smallest `storage.max_size`: an empty database alone takes tens of KiB.
     pub const MIN_STORAGE_SIZE: usize = 64 * 1024;
-    /// The shortest `cluster.lease`: renewals go every third of it.
-    pub const MIN_CLUSTER_LEASE: Duration = Duration::from_secs(1);
     /// The most `server.workers`: far more threads than cores only adds switching.
     pub const MAX_WORKERS: u32 = 256;
     /// The largest CA file read: a bundle of a few hundred certificates.

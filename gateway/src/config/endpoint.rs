@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use http::{HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, Uri};
+use ipnet::IpNet;
 
 use super::raw::{RawEndpoint, RawSecrets};
 use super::validate::Validator;
 use super::{EndpointConfig, EndpointSource, TopicConfig, defaults};
-use crate::delivery::Destination;
+use crate::delivery::{Destination, ssrf};
 use crate::model::Secret;
 use crate::policy::Policy;
 
@@ -32,10 +33,12 @@ const RESERVED_HEADERS: &[&str] = &[
     "connection",
 ];
 
-/// What an endpoint may refer to: the file's topics and policies (presets included).
+/// What an endpoint may refer to: the file's topics and policies (presets included), and the
+/// networks `delivery.allow_networks` exempts from the SSRF rules.
 pub(super) struct Known<'a> {
     pub topics: &'a BTreeMap<String, TopicConfig>,
     pub policies: &'a BTreeMap<String, Arc<Policy>>,
+    pub allow_networks: &'a [IpNet],
 }
 
 impl Validator<'_> {
@@ -44,7 +47,7 @@ impl Validator<'_> {
         let path = format!("endpoints.{name}");
         let before = self.problems.len();
         self.name(&path, name);
-        let destination = self.destination(&path, &raw.url);
+        let destination = self.destination(&path, &raw.url, known.allow_networks);
         self.endpoint_topics(&path, &raw.topics, known.topics);
         let type_matcher = self.type_matcher(&path, &raw.types);
         if let Some(policy) = &raw.policy {
@@ -61,10 +64,14 @@ impl Validator<'_> {
             );
         }
         let max_in_flight = self.positive(&format!("{path}.max_in_flight"), raw.max_in_flight);
-        let timeout = raw
-            .timeout
-            .as_deref()
-            .map(|t| self.duration(&format!("{path}.timeout"), Some(t), defaults::DELIVERY_TIMEOUT));
+        let timeout = raw.timeout.as_deref().map(|t| {
+            self.duration(
+                &format!("{path}.timeout"),
+                Some(t),
+                defaults::DELIVERY_TIMEOUT,
+                defaults::limits::DELIVERY_TIMEOUT,
+            )
+        });
         let transform = self.binding(&format!("{path}.transform"), raw.transform);
         let signer = self.binding(&format!("{path}.signer"), raw.signer);
         let backoff = self.binding(&format!("{path}.backoff"), raw.backoff);
@@ -77,7 +84,7 @@ impl Validator<'_> {
                 raw.proxy.is_some(),
             );
         }
-        let auth = self.outbound_auth(&path, raw.auth, &headers);
+        let auth = self.outbound_auth(&path, raw.auth, &headers, known.allow_networks);
         let http_url = match &destination {
             Some(Destination::Http(url)) => Some(url),
             _ => None,
@@ -130,9 +137,14 @@ impl Validator<'_> {
         })
     }
 
-    /// Where the endpoint's messages go: the URL's scheme chooses the transport.
-    fn destination(&mut self, path: &str, url: &str) -> Option<Destination> {
-        self.parse(&format!("{path}.url"), url, Destination::parse)
+    /// Where the endpoint's messages go: the URL's scheme chooses the transport. An IP literal
+    /// the SSRF rules block is refused here, whatever the scheme (see [`Validator::reachable`]).
+    fn destination(&mut self, path: &str, url: &str, allow: &[IpNet]) -> Option<Destination> {
+        let path = format!("{path}.url");
+        let destination = self.parse(&path, url, Destination::parse)?;
+        let host = destination.host().map(str::to_owned);
+        self.host_reachable(&path, &destination.masked(), host.as_deref(), allow)
+            .then_some(destination)
     }
 
     /// `auth`, `tls` and `proxy` are HTTP's: a broker's credentials are in its URL, its TLS
@@ -150,6 +162,31 @@ impl Validator<'_> {
                 );
             }
         }
+    }
+
+    /// Whether the SSRF rules let the gateway contact `url`'s host (see
+    /// [`Validator::host_reachable`]).
+    pub(super) fn reachable(&mut self, path: &str, url: &Uri, allow: &[IpNet]) -> bool {
+        self.host_reachable(path, &url.to_string(), url.host(), allow)
+    }
+
+    /// Whether the SSRF rules let the gateway contact `host`, when it is an IP address; a
+    /// problem (counted in [`Validator::blocked_addresses`]) when they do not. Every attempt to
+    /// such an address would fail `blocked_address`, so the file and the API refuse it alike.
+    /// Names are judged at every attempt, after they resolve.
+    fn host_reachable(&mut self, path: &str, shown: &str, host: Option<&str>, allow: &[IpNet]) -> bool {
+        let Some((ip, why)) = host.and_then(|host| ssrf::blocked_literal(host, allow)) else {
+            return true;
+        };
+        self.blocked_addresses += 1;
+        self.problem(
+            path,
+            format!(
+                "`{shown}`: {ip} is {why}; webhooks may not target it unless \
+                 delivery.allow_networks lists it"
+            ),
+        );
+        false
     }
 
     fn endpoint_topics(&mut self, path: &str, wanted: &[String], topics: &BTreeMap<String, TopicConfig>) {

@@ -12,11 +12,12 @@ mod endpoint;
 mod env;
 mod outbound;
 mod raw;
+mod shape;
 mod validate;
 pub mod watch;
 mod yaml;
 
-pub use api::{api_endpoint, blocked_address};
+pub use api::{Refused, api_endpoint};
 pub use raw::RawConfig;
 use raw::RawTopic;
 pub use validate::valid_name;
@@ -503,32 +504,29 @@ pub fn load_str(
     let text = env::interpolate(text, env).map_err(|ps| ConfigError {
         problems: ps.into_iter().map(|p| problem(p.line, "", p.reason)).collect(),
     })?;
-    let doc = yaml::parse(&text).map_err(|e| ConfigError {
+    let mut doc = yaml::parse(&text).map_err(|e| ConfigError {
         problems: vec![problem(e.line, &e.path, e.reason)],
     })?;
-    let raw: RawConfig = serde_path_to_error::deserialize(&doc.value).map_err(|e| {
-        let mut path = e.path().to_string();
-        if path == "." {
-            path.clear();
+    // Mistakes of shape (unknown keys, wrong types) and of values are all reported together;
+    // the checks of values run on what is left once the mistakes of shape are taken out.
+    let mut shaped = shape::read::<RawConfig>(std::mem::take(&mut doc.value));
+    let mut problems: Vec<Problem> = shaped
+        .problems
+        .iter()
+        .map(|(path, reason)| problem(doc.line_of(path), path, reason.clone()))
+        .collect();
+    let Some(raw) = shaped.value.take() else {
+        return Err(ConfigError { problems });
+    };
+    match build::build(raw, source, label, &|path| doc.line_of(path)) {
+        Ok(config) if problems.is_empty() => Ok(config),
+        Ok(_) => Err(ConfigError { problems }),
+        Err(found) => {
+            problems.extend(found.problems.into_iter().filter(|p| !shaped.covers(&p.path)));
+            problems.sort_by_key(|p| p.line);
+            Err(ConfigError { problems })
         }
-        let reason = e.inner().to_string();
-        // Make sure an unknown key's path names the key itself, not only its parent.
-        if let Some(key) = reason
-            .strip_prefix("unknown field `")
-            .and_then(|r| r.split('`').next())
-            && !path.ends_with(key)
-        {
-            path = if path.is_empty() {
-                key.to_owned()
-            } else {
-                format!("{path}.{key}")
-            };
-        }
-        ConfigError {
-            problems: vec![problem(doc.line_of(&path), &path, reason)],
-        }
-    })?;
-    build::build(raw, source, label, &|path| doc.line_of(path))
+    }
 }
 
 /// The JSON Schema of the config file, for editors (`hookgate config schema`).

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Uri};
+use ipnet::IpNet;
 
 use super::raw::{RawAuth, RawEndpointTls, RawOAuth2, RawSignature};
 use super::validate::{Validator, read_pem_file};
@@ -21,6 +22,7 @@ impl Validator<'_> {
         path: &str,
         raw: Option<RawAuth>,
         headers: &[(HeaderName, HeaderValue)],
+        allow: &[IpNet],
     ) -> Option<OutboundAuth> {
         let raw = raw?;
         let path = format!("{path}.auth");
@@ -50,16 +52,21 @@ impl Validator<'_> {
                     password: Secret::new(basic.password),
                 })
             }
-            RawAuth::Oauth2(oauth) => self.oauth2(&format!("{path}.oauth2"), oauth),
+            RawAuth::Oauth2(oauth) => self.oauth2(&format!("{path}.oauth2"), oauth, allow),
         }
     }
 
-    fn oauth2(&mut self, path: &str, raw: RawOAuth2) -> Option<OutboundAuth> {
-        let token_url = self.parse(&format!("{path}.token_url"), &raw.token_url, |s| {
-            let uri: Uri = s.parse().map_err(|e| format!("`{s}` is not a URL: {e}"))?;
-            crate::delivery::validate_url(&uri).map_err(|e| format!("`{s}`: {e}"))?;
-            Ok(uri)
-        });
+    /// The OAuth2 client; its token URL goes through the endpoint's route and the SSRF rules
+    /// like a delivery, so an address they block is refused here too.
+    fn oauth2(&mut self, path: &str, raw: RawOAuth2, allow: &[IpNet]) -> Option<OutboundAuth> {
+        let url_path = format!("{path}.token_url");
+        let token_url = self
+            .parse(&url_path, &raw.token_url, |s| {
+                let uri: Uri = s.parse().map_err(|e| format!("`{s}` is not a URL: {e}"))?;
+                crate::delivery::validate_url(&uri).map_err(|e| format!("`{s}`: {e}"))?;
+                Ok(uri)
+            })
+            .filter(|uri| self.reachable(&url_path, uri, allow));
         let id_ok = self.not_empty(&format!("{path}.client_id"), &raw.client_id);
         let secret_ok = self.not_empty(&format!("{path}.client_secret"), &raw.client_secret);
         Some(OutboundAuth::OAuth2(OAuth2Client {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::model::text_or_number;
 use crate::policy::PolicySpec;
 
 /// The hookgate configuration file.
@@ -76,18 +77,22 @@ pub struct RawServer {
     /// `https://hooks.example.com`. Default: `http://` and the listen address.
     pub public_url: Option<String>,
     /// Largest accepted request body, e.g. `256KiB` (the default) or `1MiB`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub max_body: Option<String>,
-    /// How long in-flight attempts may finish after SIGTERM/SIGINT. Default `10s`.
+    /// How long in-flight attempts may finish after SIGTERM/SIGINT, `0s` to `1h`. Default `10s`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub shutdown_grace: Option<String>,
     /// Ingestion requests per second allowed per API key (average, with a burst of the same
     /// size). None: unlimited.
     pub rate_limit_per_key: Option<u32>,
     /// How long a client may take to send a request's headers (and how long an idle
     /// keep-alive connection stays open); slower connections are closed, so that slow clients
-    /// cannot hold connections open (slowloris). Default `10s`.
+    /// cannot hold connections open (slowloris). `100ms` to `1h`; default `10s`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub header_timeout: Option<String>,
     /// How long a client may take to send a request body once its headers are in; a slower
-    /// body is refused with 408. Default `30s`.
+    /// body is refused with 408. `100ms` to `1h`; default `30s`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub body_timeout: Option<String>,
     /// Threads that run requests, attempts and the store's work (the scheduler has one more
     /// of its own), at most 256. Default: one per CPU this process may use. Several nodes on
@@ -104,6 +109,7 @@ pub struct RawStorage {
     /// handled like a full disk: ingestion answers 503 `storage_unavailable` and nothing is
     /// written until there is room. Reloadable: raising it makes room without a restart.
     /// Default: no cap.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub max_size: Option<String>,
     /// A PostgreSQL database instead of the SQLite file, e.g.
     /// `postgres://hookgate:${PGPASSWORD}@db.internal/hookgate`. Read at start only.
@@ -118,8 +124,9 @@ pub struct RawStorage {
 pub struct RawCluster {
     /// How long a node's claim on an endpoint's deliveries lasts without renewal: after a node
     /// dies, the others take its endpoints over within about this long plus a third of it.
-    /// Renewed every third of it while the node runs. At least `1s`. Default `15s`. Read at
+    /// Renewed every third of it while the node runs. `1s` to `10m`; default `15s`. Read at
     /// start only.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub lease: Option<String>,
     /// This node's id in `GET /v1/cluster` and the lease table (letters, digits, `.`, `_`,
     /// `-`; at most 64). Default: the host name and a random suffix, new at every start.
@@ -133,24 +140,30 @@ pub struct RawPlugins {
     pub dir: Option<String>,
     /// Folder for compiled plugin artifacts. Default: `plugin-cache` next to the database.
     pub cache_dir: Option<String>,
-    /// CPU time a plugin call may take. Default `100ms`.
+    /// CPU time a plugin call may take, `10ms` to `1m`. Default `100ms`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub call_timeout: Option<String>,
     /// Wall-clock time a plugin call may take, sleeping, waiting and host calls included
-    /// (never less than `call_timeout`). Default `1s`.
+    /// (never less than `call_timeout`), `10ms` to `10m`. Default `1s`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub call_wall_timeout: Option<String>,
     /// Linear memory a plugin instance may grow to. Default `32MiB`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub memory: Option<String>,
     /// Largest body + headers a plugin may return. Default `1MiB`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub max_output: Option<String>,
     /// Largest plugin file loaded; larger files are refused before they are compiled. Default
     /// `32MiB`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub max_file_size: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawDelivery {
-    /// Whole-request timeout of an attempt. Default `10s`.
+    /// Whole-request timeout of an attempt, `100ms` to `15m`. Default `10s`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub timeout: Option<String>,
     /// CIDRs exempt from the private-address block, e.g. `127.0.0.0/8`.
     #[serde(default)]
@@ -174,11 +187,13 @@ pub struct RawDelivery {
 pub struct RawHealth {
     /// Failed attempts in a row that make an active endpoint degraded. Default 5.
     pub degrade_after_failures: Option<u32>,
-    /// Time without success before a degraded endpoint is paused. Default `3d`.
+    /// Time without success before a degraded endpoint is paused, `1m` to `365d`. Default `3d`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub pause_after: Option<String>,
     /// Failed attempts in a row also needed for the pause. Default 20.
     pub pause_min_failures: Option<u32>,
-    /// Time without success before a paused endpoint is disabled. Default `7d`.
+    /// Time without success before a paused endpoint is disabled, `1m` to `365d`. Default `7d`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub disable_after: Option<String>,
     /// A topic on which every endpoint state change is published as an event
     /// (`hookgate.endpoint.degraded`, `.paused`, `.disabled`, `.reenabled`, `.recovered`).
@@ -189,11 +204,14 @@ pub struct RawHealth {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRetention {
-    /// How long finished deliveries and their attempts are kept. Default `30d`.
+    /// How long finished deliveries and their attempts are kept, `1h` to `3650d`. Default `30d`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub deliveries: Option<String>,
-    /// How long events are kept (at least the 7 days replay needs). Default `30d`.
+    /// How long events are kept, `7d` (the window replay needs) to `3650d`. Default `30d`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub events: Option<String>,
-    /// How long ingestion idempotency keys are kept. Default `24h`.
+    /// How long ingestion idempotency keys are kept, `1m` to `30d`. Default `24h`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub idempotency: Option<String>,
 }
 
@@ -262,7 +280,8 @@ pub struct RawEndpoint {
     pub max_per_second: Option<f64>,
     /// Attempts in flight at once to this endpoint.
     pub max_in_flight: Option<u32>,
-    /// Per-endpoint attempt timeout, overriding `delivery.timeout`.
+    /// Per-endpoint attempt timeout, overriding `delivery.timeout`; `100ms` to `15m`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
     pub timeout: Option<String>,
     /// Deliver events with the same `ordering_key` strictly one after another.
     #[serde(default)]

@@ -328,7 +328,7 @@ fn storage_cap_and_client_timeouts_have_defaults_and_are_checked() {
     let found = problems("server:\n  header_timeout: 0s\n  body_timeout: soon\nstorage:\n  max_size: 4KiB\n");
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(
-        found[0].contains("server.header_timeout: must be more than 0"),
+        found[0].contains("server.header_timeout: `0s` is too short: at least 100ms (e.g. 10s)"),
         "{found:?}"
     );
     assert!(found[1].contains("server.body_timeout"), "{found:?}");
@@ -424,4 +424,175 @@ fn a_broker_url_chooses_the_destination_and_http_only_keys_are_refused_on_it() {
         "{p:#?}"
     );
     assert!(!p.iter().any(|l| l.contains("hunter2")), "{p:#?}");
+}
+
+/// Every mistake of one file in one run, whatever its kind: unknown keys (two typos), a value
+/// of the wrong type, a bad duration, an unknown topic and an unknown policy.
+#[test]
+fn config_check_lists_mistakes_of_every_kind_at_once() {
+    let text = "\
+server:
+  listne: 127.0.0.1:9000
+  shutdown_grace: ten seconds
+topics:
+  orders: { polcy: fast }
+delivery:
+  max_in_flight: lots
+endpoints:
+  billing:
+    url: https://billing.example.com/
+    topics: [orders, invoices]
+    policy: quick
+    timout: 5s
+";
+    assert_eq!(
+        problems(text),
+        [
+            "test.yaml:2: server.listne: unknown field `listne`, expected one of `listen`, `api_keys`, `console_keys`, `public_url`, `max_body`, `shutdown_grace`, `rate_limit_per_key`, `header_timeout`, `body_timeout`, `workers`",
+            "test.yaml:3: server.shutdown_grace: `ten seconds` is not a duration: write a whole number and a unit, e.g. 30s, 2m, 1h 30m or 1d",
+            "test.yaml:5: topics.orders.polcy: unknown field `polcy`, expected `policy` or `description`",
+            "test.yaml:7: delivery.max_in_flight: invalid type: string \"lots\", expected u32",
+            "test.yaml:11: endpoints.billing.topics[1]: unknown topic `invoices` (declared: orders)",
+            "test.yaml:12: endpoints.billing.policy: unknown policy `quick` (known: sns-aws-managed, sns-customer-managed, sns-http-default, standard)",
+            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`",
+        ]
+    );
+}
+
+/// What follows from a mistake already reported is not reported again: an endpoint that lost
+/// its `topics` to a wrong type says so once, not also that it has no topic.
+#[test]
+fn a_mistake_of_shape_is_not_reported_twice() {
+    let found = problems(
+        "topics:\n  t: {}\nendpoints:\n  e:\n    url: https://e.example/\n    topics: t\n  f:\n    url: https://f.example/\n    topics: [t]\n    colour: 1\n",
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].starts_with("test.yaml:6: endpoints.e.topics: invalid type"),
+        "{found:?}"
+    );
+    assert!(
+        found[1].starts_with("test.yaml:10: endpoints.f.colour: unknown field"),
+        "{found:?}"
+    );
+}
+
+/// Each duration key has its span and one plain sentence with an example; a bare number (which
+/// YAML reads as a number) lacks a unit, not a type.
+#[test]
+fn durations_out_of_their_span_or_without_a_unit_are_one_plain_sentence() {
+    let text = "\
+server:
+  header_timeout: 10
+cluster:
+  lease: 0s
+delivery:
+  timeout: 0s
+health:
+  pause_after: 99999d
+retention:
+  events: 1d
+policies:
+  p:
+    schedule: [0s, 5, 400d]
+topics:
+  t: {}
+endpoints:
+  e:
+    url: https://e.example/
+    topics: [t]
+    timeout: 1h
+";
+    assert_eq!(
+        problems(text),
+        [
+            "test.yaml:2: server.header_timeout: `10` has no unit: write 10s, 10m, 10h or 10d",
+            "test.yaml:4: cluster.lease: `0s` is too short: at least 1s (e.g. 15s)",
+            "test.yaml:6: delivery.timeout: `0s` is too short: at least 100ms (e.g. 10s)",
+            "test.yaml:8: health.pause_after: `99999d` is too long: at most 365d (e.g. 3d)",
+            "test.yaml:10: retention.events: `1d` is too short: at least 7d, the window replay needs (e.g. 30d)",
+            "test.yaml:13: policies.p.schedule[1]: `5` has no unit: write 5s, 5m, 5h or 5d",
+            "test.yaml:13: policies.p.schedule[2]: `400d` is too long: at most 365d",
+            "test.yaml:20: endpoints.e.timeout: `1h` is too long: at most 15m (e.g. 10s)",
+        ]
+    );
+    let c = load("server:\n  shutdown_grace: 0s\ndelivery:\n  timeout: 15m\n").unwrap();
+    assert_eq!(c.server.shutdown_grace, Duration::ZERO, "no grace is a choice");
+    assert_eq!(c.delivery.timeout, Duration::from_secs(900));
+}
+
+/// The config file refuses an endpoint the API refuses: an IP literal in a range the SSRF
+/// rules block, unless `delivery.allow_networks` lists it (the OAuth2 token URL likewise).
+/// Host names are judged when they resolve, at every attempt.
+#[test]
+fn an_endpoint_at_a_blocked_address_is_refused_unless_allowed() {
+    let endpoints = "\
+topics:
+  t: {}
+endpoints:
+  private:
+    url: http://10.0.0.1/hooks
+    topics: [t]
+  loopback6:
+    url: http://[::1]:9000/hooks
+    topics: [t]
+  metadata:
+    url: https://e.example/
+    topics: [t]
+    auth:
+      oauth2: { token_url: http://169.254.169.254/token, client_id: id, client_secret: s }
+  named:
+    url: http://localhost:9000/hooks
+    topics: [t]
+";
+    assert_eq!(
+        problems(endpoints),
+        [
+            "test.yaml:5: endpoints.private.url: `http://10.0.0.1/hooks`: 10.0.0.1 is private network (RFC 1918); webhooks may not target it unless delivery.allow_networks lists it",
+            "test.yaml:8: endpoints.loopback6.url: `http://[::1]:9000/hooks`: ::1 is loopback; webhooks may not target it unless delivery.allow_networks lists it",
+            "test.yaml:14: endpoints.metadata.auth.oauth2.token_url: `http://169.254.169.254/token`: 169.254.169.254 is cloud metadata service (169.254.169.254); webhooks may not target it unless delivery.allow_networks lists it",
+        ]
+    );
+    let allowed =
+        format!("delivery:\n  allow_networks: [10.0.0.0/8, \"::1\", 169.254.169.254/32]\n{endpoints}");
+    assert_eq!(load(&allowed).unwrap().endpoints.len(), 4);
+}
+
+/// The schema an editor shows says each duration key's range, as the validator enforces it.
+#[test]
+fn the_schema_gives_each_duration_keys_range() {
+    use super::defaults::limits;
+    let schema = json_schema();
+    let description = |def: &str, key: &str| {
+        schema["$defs"][def]["properties"][key]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{def}.{key} has no description"))
+            .to_owned()
+    };
+    let keys = [
+        ("RawServer", "shutdown_grace", limits::SHUTDOWN_GRACE),
+        ("RawServer", "header_timeout", limits::HEADER_TIMEOUT),
+        ("RawServer", "body_timeout", limits::BODY_TIMEOUT),
+        ("RawCluster", "lease", limits::CLUSTER_LEASE),
+        ("RawPlugins", "call_timeout", limits::PLUGIN_CALL_TIMEOUT),
+        (
+            "RawPlugins",
+            "call_wall_timeout",
+            limits::PLUGIN_CALL_WALL_TIMEOUT,
+        ),
+        ("RawDelivery", "timeout", limits::DELIVERY_TIMEOUT),
+        ("RawEndpoint", "timeout", limits::DELIVERY_TIMEOUT),
+        ("RawHealth", "pause_after", limits::PAUSE_AFTER),
+        ("RawHealth", "disable_after", limits::DISABLE_AFTER),
+        ("RawRetention", "deliveries", limits::RETAIN_DELIVERIES),
+        ("RawRetention", "events", limits::RETAIN_EVENTS),
+        ("RawRetention", "idempotency", limits::RETAIN_IDEMPOTENCY_KEYS),
+    ];
+    for (def, key, span) in keys {
+        let text = description(def, key);
+        for bound in [span.min, span.max] {
+            let written = format!("`{}`", crate::policy::humanize_duration(bound));
+            assert!(text.contains(&written), "{def}.{key}: {written} not in {text:?}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 
 use super::Problem;
-use super::defaults::limits::{MAX_CA_FILE_BYTES, MAX_NAME_LEN};
+use super::defaults::limits::{MAX_CA_FILE_BYTES, MAX_NAME_LEN, Span};
 use super::raw::RawBinding;
 use crate::model::PluginBinding;
 use crate::policy::Policy;
@@ -27,6 +27,20 @@ pub(super) struct Validator<'a> {
     pub(super) label: &'a str,
     pub(super) line_of: &'a dyn Fn(&str) -> usize,
     pub(super) problems: Vec<Problem>,
+    /// How many of the problems are addresses the SSRF rules block (the API's
+    /// `blocked_address`).
+    pub(super) blocked_addresses: usize,
+}
+
+impl<'a> Validator<'a> {
+    pub(super) fn new(label: &'a str, line_of: &'a dyn Fn(&str) -> usize) -> Self {
+        Validator {
+            label,
+            line_of,
+            problems: Vec::new(),
+            blocked_addresses: 0,
+        }
+    }
 }
 
 impl Validator<'_> {
@@ -54,23 +68,37 @@ impl Validator<'_> {
         }
     }
 
-    /// A duration such as `30s` or `2d`; `default` when the key is absent or wrong.
-    pub(super) fn duration(&mut self, path: &str, text: Option<&str>, default: Duration) -> Duration {
-        match text {
-            None => default,
-            Some(t) => self
-                .parse(path, t, |s| {
-                    crate::policy::parse_duration(s).map_err(|e| format!("`{s}` is not a duration ({e})"))
-                })
-                .unwrap_or(default),
+    /// A duration such as `30s` or `2d`, within `span`; `default` when the key is absent or
+    /// wrong. A value out of its span is one plain sentence with the default as the example.
+    pub(super) fn duration(
+        &mut self,
+        path: &str,
+        text: Option<&str>,
+        default: Duration,
+        span: Span,
+    ) -> Duration {
+        let Some(text) = text else { return default };
+        let Some(value) = self.parse(path, text, crate::policy::parse_duration) else {
+            return default;
+        };
+        let example = crate::policy::humanize_duration(default);
+        if value < span.min {
+            let least = crate::policy::humanize_duration(span.min);
+            let reason = match span.min_because {
+                Some(because) => {
+                    format!("`{text}` is too short: at least {least}, {because} (e.g. {example})")
+                }
+                None => format!("`{text}` is too short: at least {least} (e.g. {example})"),
+            };
+            self.problem(path, reason);
+            return default;
         }
-    }
-
-    /// A timeout: zero would refuse everything, so it is a mistake, not a way to turn it off.
-    pub(super) fn nonzero_duration(&mut self, path: &str, text: Option<&str>, default: Duration) -> Duration {
-        let value = self.duration(path, text, default);
-        if value.is_zero() {
-            self.problem(path, "must be more than 0".into());
+        if value > span.max {
+            let most = crate::policy::humanize_duration(span.max);
+            self.problem(
+                path,
+                format!("`{text}` is too long: at most {most} (e.g. {example})"),
+            );
             return default;
         }
         value

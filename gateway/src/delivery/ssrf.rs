@@ -154,6 +154,22 @@ pub fn check(ip: IpAddr, allow: &[IpNet]) -> Result<(), &'static str> {
     }
 }
 
+/// Judges the host of an endpoint URL, whatever its scheme, when it is an IP literal
+/// (`10.0.0.1`, `[::1]`): the address and why it may not be contacted, or `None` when it may
+/// (or when the host is a name: names are judged after they resolve, at every attempt).
+///
+/// The config file and the API judge an endpoint with this when they read it, so that an
+/// address no attempt could ever reach is refused there, with its reason, instead of failing
+/// every attempt with `blocked_address`.
+pub fn blocked_literal(host: &str, allow: &[IpNet]) -> Option<(IpAddr, &'static str)> {
+    let literal = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let ip: IpAddr = literal.parse().ok()?;
+    check(ip, allow).err().map(|reason| (ip, reason))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,5 +345,32 @@ mod tests {
                 proptest::prop_assert_eq!(blocked_reason(IpAddr::V6(form)), want, "{}", form);
             }
         }
+    }
+
+    #[test]
+    fn a_urls_host_is_judged_when_it_is_an_ip_literal_and_left_to_resolution_when_a_name() {
+        let allow = nets(&["127.0.0.0/8"]);
+        assert_eq!(
+            blocked_literal("10.0.0.1", &allow),
+            Some((ip("10.0.0.1"), "private network (RFC 1918)"))
+        );
+        assert_eq!(blocked_literal("[::1]", &allow), Some((ip("::1"), "loopback")));
+        assert_eq!(
+            blocked_literal("[::ffff:169.254.169.254]", &allow).map(|(_, why)| why),
+            Some("cloud metadata service (169.254.169.254)")
+        );
+        assert_eq!(blocked_literal("127.0.0.1", &allow), None, "allowed");
+        assert_eq!(
+            blocked_literal("[::ffff:127.0.0.1]", &allow),
+            None,
+            "allowed by its IPv4"
+        );
+        assert_eq!(blocked_literal("93.184.215.14", &allow), None, "public");
+        assert_eq!(
+            blocked_literal("localhost", &allow),
+            None,
+            "a name: judged once resolved"
+        );
+        assert_eq!(blocked_literal("internal.example", &[]), None);
     }
 }

@@ -2,13 +2,31 @@
 
 use std::time::Duration;
 
-/// Parses a wait or deadline in humantime syntax: `0s`, `30s`, `2m`, `1h 30m`, `1d`.
+/// Parses a duration in humantime syntax: `0s`, `500ms`, `30s`, `2m`, `1h 30m`, `1d`.
 ///
-/// The error is a sentence for a config message, naming the text that did not parse.
+/// The error is one plain sentence for a config message, naming the text and showing how to
+/// write it, never the parser's own words.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("`{text}` is not a duration ({e}); write e.g. 30s, 2m, 1h 30m, 1d"))
+    use humantime::DurationError as E;
+    const EXAMPLES: &str = "e.g. 30s, 2m, 1h 30m or 1d";
+    humantime::parse_duration(text.trim()).map_err(|e| match e {
+        E::Empty => format!("a duration may not be empty: write one, {EXAMPLES}"),
+        E::UnknownUnit { unit, value, .. } if unit.is_empty() => {
+            format!("`{text}` has no unit: write {value}s, {value}m, {value}h or {value}d")
+        }
+        E::UnknownUnit { unit, .. } => {
+            format!("`{text}` has an unknown unit `{unit}`: use ms, s, m, h or d, {EXAMPLES}")
+        }
+        E::NumberOverflow => format!("`{text}` is too long to be a duration"),
+        E::InvalidCharacter(_) | E::NumberExpected(_) => {
+            format!("`{text}` is not a duration: write a whole number and a unit, {EXAMPLES}")
+        }
+    })
 }
+
+/// The longest wait or deadline a policy may have: far beyond any receiver's outage, and a
+/// bound that keeps a typo (`99999d`) from parking a delivery for centuries.
+pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(365 * 86_400);
 
 /// A duration for a table or a chart label: days, hours, minutes and seconds, largest first,
 /// zero parts left out (`1h 30m`, `1d 6h 47m 30s`); `0s` for zero; milliseconds below one
@@ -68,12 +86,34 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_duration_names_the_text_and_shows_examples() {
-        let message = parse_duration("5x").unwrap_err();
-        assert!(message.starts_with("`5x` is not a duration"), "{message}");
-        assert!(message.ends_with("write e.g. 30s, 2m, 1h 30m, 1d"), "{message}");
+    fn a_bad_duration_is_one_plain_sentence_with_an_example() {
+        let cases = [
+            (
+                "5x",
+                "`5x` has an unknown unit `x`: use ms, s, m, h or d, e.g. 30s, 2m, 1h 30m or 1d",
+            ),
+            ("10", "`10` has no unit: write 10s, 10m, 10h or 10d"),
+            (
+                "ten seconds",
+                "`ten seconds` is not a duration: write a whole number and a unit, e.g. 30s, 2m, 1h 30m or 1d",
+            ),
+            (
+                "1,5h",
+                "`1,5h` is not a duration: write a whole number and a unit, e.g. 30s, 2m, 1h 30m or 1d",
+            ),
+            (
+                "",
+                "a duration may not be empty: write one, e.g. 30s, 2m, 1h 30m or 1d",
+            ),
+            (
+                "99999999999999999999d",
+                "`99999999999999999999d` is too long to be a duration",
+            ),
+        ];
+        for (text, message) in cases {
+            assert_eq!(parse_duration(text), Err(message.to_owned()), "{text}");
+        }
         assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

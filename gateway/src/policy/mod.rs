@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use classify::{Classification, classify};
 pub use curves::BackoffFunction;
-pub use duration::{humanize_duration, parse_duration};
+pub use duration::{MAX_POLICY_DURATION, humanize_duration, parse_duration};
 pub use plan::{BackoffDecision, GiveUpReason, NextStep, RetryContext, plan_next};
 pub use preview::{PlannedAttempt, preview, render_preview_table};
 pub use sns::SnsPolicy;
@@ -103,11 +103,19 @@ impl Phase {
 pub struct PolicySpec {
     /// Waits before each attempt, humantime syntax (`0s`, `30s`, `2m`, `1h`, `1d`). The first
     /// is the first attempt's and must be `0s`: a delivery is attempted as soon as it exists.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::text_or_number::option_list"
+    )]
     pub schedule: Option<Vec<String>>,
     /// Schedule policies only: no attempt later than this after the event was received
     /// (e.g. `72h`); a later one is brought forward to it and is the last.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::text_or_number::option"
+    )]
     pub deadline: Option<String>,
     /// Each wait is multiplied by `1 + jitter·u`, `u` uniform in [-1, 1]. 0 ..= 1, default 0.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -493,11 +501,16 @@ fn spec_jitter(jitter: Option<f64>, problems: &mut Vec<PolicyProblem>) -> f64 {
     DEFAULT_JITTER
 }
 
-/// `deadline`, longer than 0.
+/// `deadline`, longer than 0 and at most [`MAX_POLICY_DURATION`].
 fn spec_deadline(text: Option<&str>, problems: &mut Vec<PolicyProblem>) -> Option<Duration> {
-    match parse_duration(text?) {
+    let text = text?;
+    match parse_duration(text) {
         Ok(d) if d.is_zero() => {
             problems.push(PolicyProblem::new("deadline", "must be longer than 0s"));
+            None
+        }
+        Ok(d) if d > MAX_POLICY_DURATION => {
+            problems.push(PolicyProblem::new("deadline", too_long(text)));
             None
         }
         Ok(d) => Some(d),
@@ -506,6 +519,10 @@ fn spec_deadline(text: Option<&str>, problems: &mut Vec<PolicyProblem>) -> Optio
             None
         }
     }
+}
+
+fn too_long(text: &str) -> String {
+    format!("`{text}` is too long: at most 365d")
 }
 
 /// The waits of a `schedule`, the first of which must be `0s` (the first attempt is at once).
@@ -519,6 +536,9 @@ fn schedule_waits(texts: &[String], problems: &mut Vec<PolicyProblem>) -> Vec<Du
     let mut waits = Vec::with_capacity(texts.len());
     for (i, text) in texts.iter().enumerate() {
         match parse_duration(text) {
+            Ok(wait) if wait > MAX_POLICY_DURATION => {
+                problems.push(PolicyProblem::new(format!("schedule[{i}]"), too_long(text)));
+            }
             Ok(wait) => waits.push(wait),
             Err(message) => problems.push(PolicyProblem::new(format!("schedule[{i}]"), message)),
         }

@@ -177,7 +177,7 @@ fn a_bad_wait_is_refused_with_its_index() {
     let (path, message) = only_problem("p", &schedule_spec(&["0s", "30s", "2 fortnights"]));
     assert_eq!(path, "schedule[2]");
     assert!(
-        message.starts_with("`2 fortnights` is not a duration"),
+        message.starts_with("`2 fortnights` has an unknown unit `fortnights`"),
         "{message}"
     );
 }

@@ -33,6 +33,8 @@ pub struct NodeRow {
     pub last_seen_at: Timestamp,
     /// Endpoint leases it holds now.
     pub leases: u32,
+    /// When it stopped cleanly and said so; None while it runs, or once it died without a word.
+    pub left_at: Option<Timestamp>,
 }
 
 /// Something another node did that this one may have to act on.
@@ -114,6 +116,7 @@ pub trait ClusterStore: Send + Sync {
     /// Starts listening for the notices of other nodes.
     async fn listen(&self) -> StoreResult<Notices>;
 
-    /// Gives back every lease of this node and removes it from the node list (a clean stop).
+    /// Gives back every lease of this node and marks it as left in the node list (a clean
+    /// stop), where it stays, like a node that died, until it is forgotten.
     async fn leave(&self);
 }

@@ -49,6 +49,19 @@ impl Node {
         }
     }
 
+    /// Stops the node as an operator would (SIGTERM) and waits until it has exited.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let status = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let exit = child.wait().unwrap();
+            assert!(exit.success(), "a clean stop exits 0: {exit}");
+        }
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -696,4 +709,128 @@ async fn deliveries_from_other_nodes_come_with_their_events() {
         attempts_per_node.iter().all(|a| *a > 0.0),
         "attempts per node: {attempts_per_node:?}"
     );
+}
+
+/// `GET /v1/cluster` and `hookgate cluster` tell a live node from a dead one: after `kill -9` a
+/// node reads `lapsed` once a lease has passed without its heartbeat (not alive with a stale
+/// "last seen" for an hour), one stopped with SIGTERM reads `left` and holds no lease, and a
+/// node that comes back is `alive` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_reads_lapsed_and_a_stopped_one_left() {
+    let sink = Sink::start().await;
+    let Some(mut cluster) = Cluster::start("", &endpoints_yaml(&sink, 3, ""), &[]).await else {
+        return;
+    };
+    let states = |answer: &Value| -> Vec<(String, String)> {
+        answer["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["id"].as_str().unwrap().to_owned(),
+                    n["state"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    };
+    let all_alive = pairs(&[("node-1", "alive"), ("node-2", "alive"), ("node-3", "alive")]);
+    cluster
+        .wait_on_every_node("listed every node alive", "/v1/cluster", |a| {
+            states(a) == all_alive
+        })
+        .await;
+
+    cluster.nodes[2].kill();
+    let killed = Instant::now();
+    let lapsed = pairs(&[("node-1", "alive"), ("node-2", "alive"), ("node-3", "lapsed")]);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answer = cluster.get(0, "/v1/cluster").await;
+        if states(&answer) == lapsed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed node never lapsed: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        killed.elapsed() >= LEASE.mul_f64(0.5),
+        "lapsed only once its lease ran out, not at once: {:?}",
+        killed.elapsed()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["cluster", "--url", &cluster.nodes[0].base])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = |id: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(table.lines().next().unwrap().contains("STATE"), "{table}");
+    assert!(row("node-3").contains(" lapsed "), "{table}");
+    assert!(row("node-1").contains(" alive "), "{table}");
+
+    // Back under the same id: alive again, with its new start time.
+    let first_start = cluster.get(0, "/v1/cluster").await["nodes"][2]["started_at"].clone();
+    cluster.nodes[2].spawn();
+    cluster.wait_healthy(2).await;
+    cluster
+        .wait_on_every_node("listed the node back alive", "/v1/cluster", |a| {
+            states(a) == all_alive
+        })
+        .await;
+    let restarted = cluster.get(0, "/v1/cluster").await;
+    let started = |v: &Value| crate::support::time(v);
+    assert!(
+        started(&restarted["nodes"][2]["started_at"]) > started(&first_start),
+        "the restart shows: {restarted}"
+    );
+
+    cluster.nodes[1].stop();
+    let left = pairs(&[("node-1", "alive"), ("node-2", "left"), ("node-3", "alive")]);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answer = cluster.get(0, "/v1/cluster").await;
+        if states(&answer) == left {
+            assert_eq!(
+                answer["nodes"][1]["leases"], 0,
+                "it gave its leases back: {answer}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped node never read left: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The two alive nodes share the three endpoints; the one that left has no part in it.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answer = cluster.get(0, "/v1/cluster").await;
+        let held = |i: usize| answer["nodes"][i]["leases"].as_u64().unwrap();
+        if held(0) + held(2) == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "its endpoints were never taken over: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -395,3 +395,74 @@ async fn a_broker_endpoint_shows_where_its_events_went_and_what_the_broker_answe
     browser.close().await;
     stream.cleanup().await;
 }
+
+/// What a newcomer read wrong: large counts without digit grouping, "the topic's" policy on
+/// an endpoint whose two topics have different ones, and a refused reload seen only on the
+/// Plugins page. Every page visited is read for leaked values (see `webdriver`), the delivery
+/// log of deliveries without an error included (it read `[object Object]`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_policies_and_a_refused_reload_read_right() {
+    let Some(browser) = browser().await else { return };
+    let sink = Sink::start().await;
+    let yaml = format!(
+        "server:\n  api_keys: [{ADMIN}]\npolicies:\n  fast:\n    schedule: [0s, 5s]\n\
+         topics:\n  orders: {{ policy: fast }}\n  users: {{}}\n\
+         endpoints:\n  shop:\n    url: {}\n    topics: [orders, users]\n",
+        sink.url("/shop")
+    );
+    let gw = TestGateway::start(&yaml).await;
+    for batch in 0..2 {
+        let events: Vec<_> = (0..600)
+            .map(|i| json!({"type": "order.created", "payload": {"n": batch * 600 + i}}))
+            .collect();
+        let (status, answer) = gw
+            .post("/v1/topics/orders/events/batch", json!({"events": events}))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    sink.wait_for(1200, WAIT).await;
+    gw.settle().await;
+
+    sign_in(&browser, &gw, ADMIN).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    let page = browser.page_text().await;
+    assert!(page.contains("1,200"), "grouped digits:\n{page}");
+    assert!(!page.contains("not what runs"), "{page}");
+
+    browser.goto(&format!("{}/console/#/deliveries", gw.base)).await;
+    browser.wait_for_text("order.created").await;
+    assert!(browser.has("th.optional").await, "the Last error column is shown");
+
+    browser
+        .goto(&format!("{}/console/#/endpoints/shop", gw.base))
+        .await;
+    browser
+        .wait_for_text("orders: fast, users: standard (the topics’)")
+        .await;
+
+    // A reload refused: the Overview says that the file is not what runs, and why.
+    gw.write_config(&format!("{yaml}    colour: blue\n"));
+    assert!(matches!(
+        gw.reloader().reload_from_file(),
+        hookgate::ReloadOutcome::Refused { .. }
+    ));
+    browser.goto(&format!("{}/console/#/overview", gw.base)).await;
+    browser
+        .wait_for_text("The config file on disk is not what runs.")
+        .await;
+    browser
+        .wait_for_text("endpoints.shop.colour: unknown field")
+        .await;
+    browser.screenshot("overview-reload-refused").await;
+    gw.write_config(&yaml);
+    assert!(matches!(
+        gw.reloader().reload_from_file(),
+        hookgate::ReloadOutcome::Applied { .. }
+    ));
+    browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
+    browser.wait_for_text("1 of 1 endpoints").await;
+    browser.goto(&format!("{}/console/#/overview", gw.base)).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    assert!(!browser.page_text().await.contains("not what runs"));
+    browser.close().await;
+}

@@ -67,6 +67,8 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
         "one node on SQLite: {out}"
     );
     assert!(nodes[1].ends_with(" 1"), "it holds the one endpoint: {out}");
+    assert!(nodes[0].contains(" STATE "), "{out}");
+    assert!(nodes[1].contains(" alive "), "{out}");
 
     let (ok, out, err) = run(with(&["endpoints"])).await;
     assert!(ok, "{err}");
@@ -98,9 +100,23 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
     assert!(out.contains("done: 1 succeeded"), "{out}");
     sink.wait_for(3, WAIT).await;
 
-    // Without the key the gateway says no, and the command says why.
+    // Without the key the gateway says no, and the command says how to give one: its own
+    // flag and variable, not the API's header.
     let (ok, _, err) = run(vec!["endpoints".into(), "--url".into(), gw.base.clone()]).await;
     assert!(!ok && err.contains("401"), "{err}");
+    assert!(
+        err.contains("--api-key") && err.contains("HOOKGATE_API_KEY") && !err.contains("Authorization"),
+        "{err}"
+    );
+    let (ok, _, err) = run(vec![
+        "endpoints".into(),
+        "--url".into(),
+        gw.base.clone(),
+        "--api-key".into(),
+        "wrong-key".into(),
+    ])
+    .await;
+    assert!(!ok && err.contains("403") && err.contains("--api-key"), "{err}");
     let base = gw.base.clone();
     gw.stop().await;
     // A container's health check fails once the gateway is gone.
@@ -384,4 +400,19 @@ async fn endpoint_test_prints_a_status_for_http_and_the_target_and_answer_for_a_
     assert!(out.contains("answer                XADD: entry"), "{out}");
     assert_eq!(stream.received().await.len(), 1);
     stream.cleanup().await;
+}
+
+/// Log lines written to a file (or a pipe) are plain text: no colour codes, which a terminal
+/// would show as colours and a file keeps as `\x1b[2m…` noise.
+#[tokio::test]
+async fn logs_to_a_file_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = crate::binary::RealGateway::start(dir.path(), "topics:\n  t: {}\n", &[]).await;
+    let (status, _) = gw
+        .post("/v1/topics/t/events", json!({"type": "x", "payload": {}}))
+        .await;
+    assert_eq!(status, 202);
+    let log = std::fs::read_to_string(&gw.log).unwrap();
+    assert!(log.contains(" INFO "), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in a log file:\n{log:?}");
 }

@@ -135,11 +135,17 @@ async fn a_connect_proxy_relays_https_deliveries_to_the_checked_address() {
     let (port, served) = tls_server(&pki).await;
     let (proxy_port, targets) = connect_proxy().await;
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    // `[::1]` is loopback outside the test's allow list (127.0.0.0/8): refused before the proxy.
+    // `127.0.0.2` passes the config's check (the harness allows 127.0.0.0/8) but not the
+    // allow list the gateway then runs with (127.0.0.1 only): refused before the proxy.
     let yaml = format!(
-        "topics:\n  t: {{}}\nendpoints:\n  proxied:\n    url: https://localhost:{port}/hook\n    topics: [t]\n    proxy: http://127.0.0.1:{proxy_port}\n  blocked:\n    url: https://[::1]:{port}/hook\n    topics: [t]\n    proxy: http://127.0.0.1:{proxy_port}\n"
+        "topics:\n  t: {{}}\nendpoints:\n  proxied:\n    url: https://localhost:{port}/hook\n    topics: [t]\n    proxy: http://127.0.0.1:{proxy_port}\n  blocked:\n    url: https://127.0.0.2:{port}/hook\n    topics: [t]\n    proxy: http://127.0.0.1:{proxy_port}\n"
     );
-    let gw = gateway_trusting(&pki, dir, &yaml).await;
+    let ca = pki.ca.clone();
+    let gw = TestGateway::start_with(dir, &yaml, hookgate::clock::ManualClock::new(START), move |o| {
+        o.config.delivery.extra_roots.push(ca);
+        o.config.delivery.allow_networks = vec!["127.0.0.1/32".parse().unwrap()];
+    })
+    .await;
     gw.ingest("t", "x", json!({})).await;
 
     let proxied = first_attempt(&gw, "proxied").await;

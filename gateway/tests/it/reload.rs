@@ -140,6 +140,7 @@ async fn an_invalid_file_is_refused_and_the_old_config_keeps_serving() {
         };
         let (_, status) = gw.get("/v1/status").await;
         assert_eq!(status["last_reload"]["ok"], false, "{what}");
+        assert_eq!(status["config_differs_from_file"], true, "{what}: {status}");
         let errors = status["last_reload"]["errors"].as_array().unwrap();
         assert!(!errors.is_empty(), "{what}");
         assert_eq!(errors.len(), problems.len(), "{what}");
@@ -155,6 +156,26 @@ async fn an_invalid_file_is_refused_and_the_old_config_keeps_serving() {
         .find(|l| l.contains("config reload refused"))
         .expect("a refused reload is logged");
     assert!(line.contains("hookgate.yaml:"), "{line}");
+    let path = gw.config_path().display().to_string();
+    assert!(
+        logs.lines().any(|l| l.contains(" WARN ")
+            && l.contains("the config file on disk is not what runs")
+            && l.contains(&path)),
+        "a warning says that the file is not what runs:\n{logs}"
+    );
+
+    // The file as it runs again: it is what runs.
+    std::fs::write(
+        gw.config_path(),
+        format!("{}{good}", crate::support::base_yaml(gw.dir.path())),
+    )
+    .unwrap();
+    assert!(matches!(
+        gw.reloader().reload_from_file(),
+        hookgate::ReloadOutcome::Applied { .. }
+    ));
+    let (_, status) = gw.get("/v1/status").await;
+    assert_eq!(status["config_differs_from_file"], false, "{status}");
 }
 
 #[tokio::test]
@@ -230,6 +251,18 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
     );
     let (_, status) = gw.get("/v1/status").await;
     assert_eq!(status["last_reload"]["ok"], true, "{status}");
+    assert_eq!(status["config_differs_from_file"], true, "{status}");
+    assert_eq!(
+        status["last_reload"]["needs_restart"],
+        json!([
+            "server.header_timeout",
+            "server.shutdown_grace",
+            "server.workers",
+            "plugins.call_timeout",
+            "plugins.memory",
+            "plugins.max_output"
+        ])
+    );
 
     let after = gw.gateway.as_ref().unwrap().config();
     assert_eq!(after.delivery.max_in_flight, 77, "reloadable: applied");

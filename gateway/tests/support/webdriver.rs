@@ -7,6 +7,12 @@
 //! `PATH`, or `HOOKGATE_TEST_CHROMEDRIVER`), [`Browser::start`] says that the test was skipped
 //! and answers None; with `HOOKGATE_TEST_BROWSER_REQUIRED=1` (set by CI) it fails instead.
 //! `HOOKGATE_CONSOLE_SCREENSHOTS=DIR` saves each [`Browser::screenshot`] there as PNG.
+//!
+//! Screenshots alone let `[object Object]` ship in a table cell: every time a page shows what
+//! a test waits for ([`Browser::find`], [`Browser::wait_for_text`]) and before a screenshot,
+//! the page's visible text (and its hover titles and labels) is read and the test fails on
+//! what a script leaks when it renders a value wrongly: `[object Object]`, `undefined`, `NaN`,
+//! `Invalid Date`.
 
 #![allow(dead_code)]
 
@@ -89,8 +95,11 @@ impl Browser {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": chromium,
+                // One language, so that digit grouping (1,234) reads the same everywhere.
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--no-first-run", "--disable-extensions", format!("--window-size={width},{height}")],
+                         "--no-first-run", "--disable-extensions", "--lang=en-US",
+                         format!("--window-size={width},{height}")],
+                "prefs": {"intl.accept_languages": "en-US"},
             },
         }}});
         let answer: Value = http
@@ -139,6 +148,7 @@ impl Browser {
                 )
                 .await;
             if let Some(id) = found[ELEMENT].as_str() {
+                self.assert_readable().await;
                 return Element {
                     browser: self,
                     id: id.to_owned(),
@@ -171,6 +181,7 @@ impl Browser {
         loop {
             let page = self.page_text().await;
             if page.contains(text) {
+                self.assert_readable().await;
                 return;
             }
             assert!(
@@ -187,6 +198,31 @@ impl Browser {
             .as_str()
             .unwrap_or_default()
             .to_owned()
+    }
+
+    /// What a reader sees on the page: its visible text, and the hover titles and accessible
+    /// labels of its elements (chart bars, times), one per line.
+    pub async fn readable_text(&self) -> String {
+        self.execute(
+            "const labels = [...document.querySelectorAll('[title], [aria-label]')] \
+               .flatMap((e) => [e.getAttribute('title'), e.getAttribute('aria-label')]) \
+               .filter(Boolean); \
+             for (const t of document.querySelectorAll('svg title')) labels.push(t.textContent); \
+             return [document.body.innerText, ...labels].join('\\n');",
+            json!([]),
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
+    /// Fails when the page reads `[object Object]`, `undefined`, `NaN` or `Invalid Date`.
+    pub async fn assert_readable(&self) {
+        let text = self.readable_text().await;
+        if let Some(leak) = rendering_leak(&text) {
+            panic!("the page shows `{leak}`:\n{text}");
+        }
     }
 
     pub async fn execute(&self, script: &str, args: Value) -> Value {
@@ -245,8 +281,10 @@ impl Browser {
         }
     }
 
-    /// Saves a PNG of the window as `name.png` in `HOOKGATE_CONSOLE_SCREENSHOTS`, if set.
+    /// Saves a PNG of the window as `name.png` in `HOOKGATE_CONSOLE_SCREENSHOTS`, if set, once
+    /// the page has been read (see [`Browser::assert_readable`]).
     pub async fn screenshot(&self, name: &str) {
+        self.assert_readable().await;
         let Some(dir) = std::env::var_os("HOOKGATE_CONSOLE_SCREENSHOTS") else {
             return;
         };
@@ -320,4 +358,44 @@ impl Element<'_> {
             .unwrap_or_default()
             .to_owned()
     }
+}
+
+/// The first of the words a script leaks into a page when it renders a value wrongly:
+/// `[object Object]` and `Invalid Date` anywhere, `undefined` and `NaN` as words.
+pub fn rendering_leak(text: &str) -> Option<&'static str> {
+    for leak in ["[object Object]", "Invalid Date"] {
+        if text.contains(leak) {
+            return Some(leak);
+        }
+    }
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    for leak in ["undefined", "NaN"] {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(leak) {
+            let start = from + at;
+            let end = start + leak.len();
+            let before = text[..start].chars().next_back().is_none_or(|c| !word(c));
+            let after = text[end..].chars().next().is_none_or(|c| !word(c));
+            if before && after {
+                return Some(leak);
+            }
+            from = end;
+        }
+    }
+    None
+}
+
+#[test]
+fn a_leaked_value_is_found_and_ordinary_words_are_not() {
+    assert_eq!(
+        rendering_leak("Last error\n[object Object]"),
+        Some("[object Object]")
+    );
+    assert_eq!(rendering_leak("Updated Invalid Date"), Some("Invalid Date"));
+    assert_eq!(rendering_leak("Policy: undefined"), Some("undefined"));
+    assert_eq!(rendering_leak("NaN ms, 2 min ago"), Some("NaN"));
+    assert_eq!(
+        rendering_leak("Nancy's undefinedness, SNaNe; 1,234 delivered"),
+        None
+    );
 }

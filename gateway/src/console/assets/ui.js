@@ -58,11 +58,24 @@ export function table(headers, rows, empty = 'Nothing here yet.') {
   return h('div', { class: 'table-wrap' },
     h('table', {},
       h('thead', {}, h('tr', {}, headers.map((c) => (typeof c === 'string' ? h('th', {}, c) : h('th', c.attrs, c.text))))),
-      h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map((c) => (c && c.cell ? h('td', c.attrs, c.cell) : h('td', {}, c))))))));
+      h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map((c) => (c instanceof Cell ? h('td', c.attrs, c.value) : h('td', {}, c))))))));
 }
 
-// A table cell with attributes: cell(value, { class: 'num' }).
-export const cell = (value, attrs) => ({ cell: value, attrs });
+// A table cell with attributes: cell(value, { class: 'num' }). Told apart from a plain value
+// by its class, not by its value's truth: an empty cell is still a cell.
+class Cell {
+  constructor(value, attrs) {
+    this.value = value;
+    this.attrs = attrs;
+  }
+}
+export const cell = (value, attrs) => new Cell(value, attrs);
+
+// A count with the reader's digit grouping: 12,345 (or 12.345, 12 345).
+const COUNT = new Intl.NumberFormat();
+export function count(n) {
+  return COUNT.format(n);
+}
 
 export function notice(text, kind = '') {
   return h('div', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text);
@@ -92,7 +105,7 @@ export function activityChart(buckets, label) {
   svg.setAttribute('role', 'img');
   const total = buckets.reduce((n, b) => n + b.succeeded, 0);
   const failed = buckets.reduce((n, b) => n + b.failed, 0);
-  svg.setAttribute('aria-label', `${label}: ${total} delivered, ${failed} failed`);
+  svg.setAttribute('aria-label', `${label}: ${count(total)} delivered, ${count(failed)} failed`);
   const scale = (n) => (n / max) * (height - pad - 8);
   buckets.forEach((b, i) => {
     const x = pad + i * barW;
@@ -105,12 +118,12 @@ export function activityChart(buckets, label) {
       r.setAttribute('x', x + 1); r.setAttribute('y', y);
       r.setAttribute('width', Math.max(1, barW - 2)); r.setAttribute('height', hgt);
       const t = document.createElementNS(ns, 'title');
-      t.textContent = `${new Date(b.at).toISOString().slice(11, 16)} UTC: ${b.succeeded} delivered, ${b.failed} failed`;
+      t.textContent = `${new Date(b.at).toISOString().slice(11, 16)} UTC: ${count(b.succeeded)} delivered, ${count(b.failed)} failed`;
       r.append(t);
       svg.append(r);
     }
   });
-  for (const [text, x] of [[String(max), 0], ['0', 0]]) {
+  for (const [text, x] of [[count(max), 0], ['0', 0]]) {
     const t = document.createElementNS(ns, 'text');
     t.setAttribute('x', x); t.setAttribute('y', text === '0' ? height - pad : 12);
     t.textContent = text;

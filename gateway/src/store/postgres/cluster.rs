@@ -145,7 +145,8 @@ async fn mark_seen<C: GenericClient>(c: &C, node: &NodeInfo) -> StoreResult<()> 
         c,
         &format!(
             "INSERT INTO nodes (id, address, started_at, last_seen_at) VALUES ($1, $2, $3, {NOW_MS})
-             ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, last_seen_at = EXCLUDED.last_seen_at"
+             ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address, started_at = EXCLUDED.started_at,
+                 last_seen_at = EXCLUDED.last_seen_at, left_at = NULL"
         ),
         &[&node.id, &node.address, &node.started_at.as_millis()],
     )
@@ -166,7 +167,7 @@ async fn heartbeat_on(conn: &Object, node: &NodeInfo) -> StoreResult<(Timestamp,
         &format!(
             "SELECT n.id, n.address, n.started_at, n.last_seen_at,
                      (SELECT count(*) FROM endpoint_leases l WHERE l.node = n.id AND l.expires_at > {NOW_MS}),
-                     {NOW_MS}
+                     {NOW_MS}, n.left_at
                  FROM nodes n ORDER BY n.id"
         ),
         &[],
@@ -181,6 +182,7 @@ async fn heartbeat_on(conn: &Object, node: &NodeInfo) -> StoreResult<(Timestamp,
             started_at: ts(r, 2),
             last_seen_at: ts(r, 3),
             leases: u(r.get(4)),
+            left_at: r.get::<_, Option<i64>>(6).map(Timestamp::from_millis),
         })
         .collect();
     Ok((now, nodes))
@@ -379,7 +381,12 @@ impl ClusterStore for PgStore {
                 &[&self.node_id],
             )
             .await?;
-            execute(&conn, "DELETE FROM nodes WHERE id = $1", &[&self.node_id]).await
+            execute(
+                &conn,
+                &format!("UPDATE nodes SET left_at = {NOW_MS}, last_seen_at = {NOW_MS} WHERE id = $1"),
+                &[&self.node_id],
+            )
+            .await
         }
         .await;
         if let Err(e) = result {

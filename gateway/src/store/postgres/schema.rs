@@ -164,6 +164,10 @@ const MIGRATIONS: &[&str] = &[
         updated_at     BIGINT  NOT NULL
     );
     "#,
+    // 7: a node that stops cleanly says so, and stays listed as left.
+    r#"
+    ALTER TABLE nodes ADD COLUMN left_at BIGINT;
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -209,7 +209,25 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
 
     a.leave().await;
     let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
-    assert_eq!(nodes.len(), 1, "a left the node list");
+    let listed: Vec<(&str, u32, bool)> = nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.leases, n.left_at.is_some()))
+        .collect();
+    assert_eq!(
+        listed,
+        [("node-a", 0, true), ("node-b", 0, false)],
+        "a is listed as left, without its lease"
+    );
+    // Back under the same id, it runs again, started anew.
+    let restarted = NodeInfo {
+        started_at: Timestamp::from_millis(2),
+        ..info("node-a")
+    };
+    let (_, nodes) = a.heartbeat(&restarted).await.unwrap();
+    assert_eq!(
+        (nodes[0].left_at, nodes[0].started_at),
+        (None, Timestamp::from_millis(2))
+    );
 }
 
 /// The keeper's renewal extends only the leases a node still holds: it takes no free lease,

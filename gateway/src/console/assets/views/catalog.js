@@ -2,7 +2,7 @@
 // how the last config reload went).
 
 import { get, seg } from '../api.js';
-import { ago, badge, errorNotice, h, notice, render, table } from '../ui.js';
+import { ago, badge, count, errorNotice, h, notice, render, table } from '../ui.js';
 
 export async function policiesView(main) {
   const { policies } = await get('/v1/policies');
@@ -13,7 +13,7 @@ export async function policiesView(main) {
     ]);
     return h('section', { class: 'card' },
       h('h2', {}, name),
-      h('p', { class: 'muted' }, `${preview.attempts.length} attempts`,
+      h('p', { class: 'muted' }, `${count(preview.attempts.length)} attempts`,
         preview.deadline_s ? `, given up after ${Math.round(preview.deadline_s / 3600)} h` : '',
         preview.jitter ? `, ±${Math.round(preview.jitter * 100)} % jitter` : ''),
       chart(svg, name));
@@ -39,7 +39,7 @@ export async function pluginsView(main) {
     h('p', { class: 'muted' }, `Loaded from ${plugins.dir}; files dropped there load without a restart.`),
     table(['Plugin', 'Kind', 'Version', 'Size', 'Loaded'], plugins.plugins.map((p) => [
       p.name, badge(p.world, 'tenant'), h('span', { class: 'mono', title: p.sha256 }, p.sha256.slice(0, 12)),
-      `${Math.round(p.size_bytes / 1024)} KiB`, ago(p.loaded_at),
+      `${count(Math.round(p.size_bytes / 1024))} KiB`, ago(p.loaded_at),
     ]), 'No plugins loaded.'),
     h('h2', {}, 'Files that failed to load'),
     plugins.rejected.length

@@ -2,7 +2,7 @@
 // duration, the request headers sent and the response; redeliver.
 
 import { get, post, query, seg } from '../api.js';
-import { ago, badge, cell, errorNotice, field, h, notice, render, table, toLocalInput, toRfc3339 } from '../ui.js';
+import { ago, badge, cell, count, errorNotice, field, h, notice, render, table, toLocalInput, toRfc3339 } from '../ui.js';
 
 const STATUSES = ['pending', 'delivering', 'succeeded', 'failed', 'dead'];
 const PAGE = 50;
@@ -50,7 +50,7 @@ export async function deliveriesView(main, { params }) {
       h('a', { href: `#/endpoints/${seg(d.endpoint)}` }, d.endpoint),
       d.event_type,
       badge(d.status),
-      cell(String(d.attempt_count), { class: 'num' }),
+      cell(count(d.attempt_count), { class: 'num' }),
       cell(d.last_error || '', { class: 'optional' }),
       ago(d.updated_at),
     ]), 'No deliveries match.'),
@@ -76,12 +76,12 @@ export async function deliveryView(main, { args, refresh }) {
     h('dl', { class: 'settings card' },
       h('dt', {}, 'Endpoint'), h('dd', {}, h('a', { href: `#/endpoints/${seg(d.endpoint)}` }, d.endpoint)),
       h('dt', {}, 'Event'), h('dd', {}, h('span', { class: 'mono' }, d.event_id), ` (${d.event_type}, topic ${d.topic})`),
-      h('dt', {}, 'Round'), h('dd', {}, String(d.round)),
+      h('dt', {}, 'Round'), h('dd', {}, count(d.round)),
       h('dt', {}, 'Next attempt'), h('dd', {}, ago(d.next_attempt_at)),
       h('dt', {}, 'Created'), h('dd', {}, ago(d.created_at))),
     h('div', { class: 'actions' }, redeliver, refreshButton),
     output,
-    h('h2', {}, `Attempts (${d.attempts.length})`),
+    h('h2', {}, `Attempts (${count(d.attempts.length)})`),
     d.attempts.length ? [...d.attempts].reverse().map(attempt) : h('p', { class: 'muted' }, 'No attempt yet.'));
 }
 
@@ -96,7 +96,7 @@ function attempt(a) {
   else if (broker) verdict = badge('accepted', 'succeeded');
   return h('article', { class: `attempt card ${good ? 'good' : 'bad'}` },
     h('h3', {}, `Round ${a.round}, attempt ${a.n}: `, verdict,
-      ' ', h('span', { class: 'muted' }, `${a.duration_ms} ms, `), ago(a.started_at)),
+      ' ', h('span', { class: 'muted' }, `${count(a.duration_ms)} ms, `), ago(a.started_at)),
     broker ? h('p', { class: 'broker-answer' }, a.response_body) : null,
     a.error ? h('p', { class: 'attempt-error' }, h('strong', {}, a.error_kind ? `${a.error_kind}: ` : ''), a.error) : null,
     a.plugins ? h('p', { class: 'muted' }, `Plugins: ${a.plugins}`) : null,

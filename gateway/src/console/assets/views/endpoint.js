@@ -3,7 +3,7 @@
 // the secret, edit and delete.
 
 import { del, get, post, query, seg } from '../api.js';
-import { ago, badge, errorNotice, field, h, notice, render, secretBox, table, toLocalInput, toRfc3339 } from '../ui.js';
+import { ago, badge, count, errorNotice, field, h, notice, render, secretBox, table, toLocalInput, toRfc3339 } from '../ui.js';
 
 // A message for the next rendering of the page (an action that changed the endpoint renders
 // it again, then says how it went).
@@ -37,8 +37,8 @@ export async function endpointView(main, { args, refresh }) {
     const r = await post(`${path}/test`, {});
     show(notice(r.delivered
       ? (r.answer
-        ? `Delivered to ${r.target} in ${r.duration_ms} ms. ${r.answer}`
-        : `Delivered: ${r.status_code} in ${r.duration_ms} ms.`)
+        ? `Delivered to ${r.target} in ${count(r.duration_ms)} ms. ${r.answer}`
+        : `Delivered: ${r.status_code} in ${count(r.duration_ms)} ms.`)
       : `Not delivered: ${r.error_kind || r.dropped || 'failed'}${r.status_code ? ` (${r.status_code})` : ''}${r.error ? ` — ${r.error}` : ''}`,
     r.delivered ? 'ok' : 'error'));
   }) }, 'Send test event');
@@ -49,7 +49,7 @@ export async function endpointView(main, { args, refresh }) {
   if (ep.dead_letter) {
     actions.push(h('button', { type: 'button', id: 'redrive', onclick: failing(async () => {
       const r = await post(`${path}/redrive`);
-      show(notice(`${r.queued} dead deliveries queued again.`, 'ok'));
+      show(notice(`${count(r.queued)} dead deliveries queued again.`, 'ok'));
     }) }, 'Redrive dead letters'));
   }
   if (ep.source === 'api') {
@@ -77,7 +77,7 @@ export async function endpointView(main, { args, refresh }) {
     h('section', { class: 'card' }, h('h2', {}, 'Health history'), timeline(ep)),
     h('section', {}, h('h2', {}, 'Recent deliveries'),
       table(['Delivery', 'Event type', 'Status', 'Attempts', 'Updated'], recent.deliveries.map((d) => [
-        h('a', { href: `#/deliveries/${seg(d.id)}` }, d.id), d.event_type, badge(d.status), String(d.attempt_count), ago(d.updated_at),
+        h('a', { href: `#/deliveries/${seg(d.id)}` }, d.id), d.event_type, badge(d.status), count(d.attempt_count), ago(d.updated_at),
       ]), 'No deliveries yet.'),
       h('p', {}, h('a', { href: `#/deliveries${query({ endpoint: name })}` }, 'The whole log of this endpoint'))));
 }
@@ -90,8 +90,8 @@ function settings(ep) {
     ['Tenant', ep.tenant || 'none (every tenant’s events)'],
     ['Topics', ep.topics.join(', ')],
     ['Event types', ep.types.length ? ep.types.join(', ') : 'all'],
-    ['Policy', ep.policy || 'the topic’s'],
-    ['Consecutive failures', String(ep.consecutive_failures)],
+    ['Policy', policy(ep)],
+    ['Consecutive failures', count(ep.consecutive_failures)],
     ['Failing since', ago(ep.failing_since)],
     ['Last success', ago(ep.last_success_at)],
     ['Signature', `${ep.signature} (${ep.signing_secrets} signing secret${ep.signing_secrets === 1 ? '' : 's'})`],
@@ -103,6 +103,15 @@ function settings(ep) {
   if (ep.auth) rows.push(['Outbound auth', ep.auth]);
   for (const role of ['transform', 'signer', 'backoff']) if (ep[role]) rows.push([role, ep[role]]);
   return h('dl', { class: 'settings' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+}
+
+// Its own policy, or each topic's when they differ: "orders: fast, users: standard".
+function policy(ep) {
+  if (ep.policy) return ep.policy;
+  const each = Object.entries(ep.topic_policies || {});
+  const names = new Set(each.map(([, p]) => p));
+  if (names.size === 1) return `${[...names][0]} (the topic${each.length === 1 ? '’s' : 's’'})`;
+  return `${each.map(([t, p]) => `${t}: ${p}`).join(', ')} (the topics’)`;
 }
 
 function timeline(ep) {
@@ -117,7 +126,7 @@ function reenableForm(path, ep, changed, failing) {
   return h('form', { class: 'card', id: 'reenable-form', onsubmit: failing(async () => {
     const body = since.value ? { replay_since: toRfc3339(since.value) } : {};
     const r = await post(`${path}/reenable`, body);
-    await changed(notice(`Active again; ${r.replayed} missed events queued.`, 'ok'));
+    await changed(notice(`Active again; ${count(r.replayed)} missed events queued.`, 'ok'));
   }) },
   h('h2', {}, 'Re-enable'),
   h('p', { class: 'muted' }, 'The endpoint receives events again. Missed events since the time below are sent again (leave it empty to send none).'),
@@ -130,24 +139,24 @@ function replayForm(path, show, failing) {
   const since = h('input', { type: 'datetime-local', id: 'window-since', value: toLocalInput(hourAgo), required: true });
   const until = h('input', { type: 'datetime-local', id: 'window-until' });
   const send = h('button', { type: 'button', class: 'primary', id: 'replay-send', disabled: true }, 'Send');
-  const count = h('span', { class: 'muted', id: 'replay-count' });
+  const counted = h('span', { class: 'muted', id: 'replay-count' });
   let checked = null;
   const chosen = () => ({ since: toRfc3339(since.value), until: toRfc3339(until.value) });
-  for (const input of [since, until]) input.addEventListener('change', () => { send.disabled = true; count.textContent = ''; });
+  for (const input of [since, until]) input.addEventListener('change', () => { send.disabled = true; counted.textContent = ''; });
   send.addEventListener('click', failing(async () => {
     const r = await post(`${path}/replay`, checked, { 'Idempotency-Key': crypto.randomUUID() });
     send.disabled = true;
-    show(notice(`${r.queued} events queued again${r.continue_from ? `; more from ${r.continue_from}` : ''}.`, 'ok'));
+    show(notice(`${count(r.queued)} events queued again${r.continue_from ? `; more from ${r.continue_from}` : ''}.`, 'ok'));
   }));
   return h('form', { class: 'card', id: 'replay-form', onsubmit: failing(async () => {
     checked = Object.fromEntries(Object.entries(chosen()).filter(([, v]) => v));
     const r = await get(`${path}/replay/preview${query(checked)}`);
-    count.textContent = `${r.events} events in this window${r.continue_from ? ' (more than one replay sends)' : ''}.`;
-    send.textContent = `Send ${r.events} events`;
+    counted.textContent = `${count(r.events)} events in this window${r.continue_from ? ' (more than one replay sends)' : ''}.`;
+    send.textContent = `Send ${count(r.events)} events`;
     send.disabled = r.events === 0;
   }) },
   h('h2', {}, 'Replay a window'),
   h('div', { class: 'row' }, field('Since', since), field('Until (empty: now)', until),
     h('button', { type: 'submit', id: 'replay-count-button' }, 'Count events'), send),
-  h('p', {}, count));
+  h('p', {}, counted));
 }

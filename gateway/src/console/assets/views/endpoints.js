@@ -2,7 +2,7 @@
 // endpoint created through the API.
 
 import { get, patch, post, query, seg } from '../api.js';
-import { ago, badge, cell, errorNotice, field, h, render, secretBox, table } from '../ui.js';
+import { ago, badge, cell, count, errorNotice, field, h, render, secretBox, table } from '../ui.js';
 
 const STATES = ['active', 'degraded', 'paused', 'disabled'];
 
@@ -27,7 +27,7 @@ export async function endpointsView(main, { params, me }) {
       field('State', stateSelect),
       tenantInput ? field('Tenant', tenantInput) : null,
       h('a', { class: 'button', href: '#/endpoints/new', id: 'new-endpoint' }, 'New endpoint')),
-    h('p', { class: 'muted' }, `${shown.length} of ${list.endpoints.length} endpoints`),
+    h('p', { class: 'muted' }, `${count(shown.length)} of ${count(list.endpoints.length)} endpoints`),
     table(
       ['Name', 'Kind', 'State', { text: 'Failures', attrs: { class: 'num' } }, 'Last success',
         { text: 'Tenant', attrs: { class: 'optional' } }, { text: 'Source', attrs: { class: 'optional' } }],
@@ -35,7 +35,7 @@ export async function endpointsView(main, { params, me }) {
         h('a', { href: `#/endpoints/${seg(e.name)}` }, e.name),
         e.kind,
         badge(e.state),
-        cell(String(e.consecutive_failures), { class: 'num' }),
+        cell(count(e.consecutive_failures), { class: 'num' }),
         ago(e.last_success_at),
         cell(e.tenant || '—', { class: 'optional' }),
         cell(badge(e.source), { class: 'optional' }),
