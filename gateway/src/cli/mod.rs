@@ -118,12 +118,14 @@ enum Command {
     },
     /// Print a shell completion script: `hookgate completions bash > /etc/bash_completion.d/hookgate`.
     Completions {
+        /// The shell to complete for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff): `hookgate man > hookgate.1`, or with --dir one page per
     /// command (`hookgate-serve.1`, …) written into that folder.
     Man {
+        /// Write one page per command into this folder instead of printing one page.
         #[arg(long)]
         dir: Option<PathBuf>,
     },

@@ -401,7 +401,7 @@ fn the_config_reads_ca_files_and_refuses_what_is_not_a_ca_certificate() {
 #[test]
 fn a_broker_url_chooses_the_destination_and_http_only_keys_are_refused_on_it() {
     let ok = load(
-        "topics:\n  t: {}\nendpoints:\n  n:\n    url: nats://u:hunter2@127.0.0.1:4222/orders.created\n    topics: [t]\n",
+        "delivery:\n  allow_networks: [127.0.0.0/8]\ntopics:\n  t: {}\nendpoints:\n  n:\n    url: nats://u:hunter2@127.0.0.1:4222/orders.created\n    topics: [t]\n",
     )
     .unwrap();
     let ep = &ok.endpoints["n"];
@@ -410,7 +410,7 @@ fn a_broker_url_chooses_the_destination_and_http_only_keys_are_refused_on_it() {
     assert!(!format!("{ep:?}").contains("hunter2"));
 
     let p = problems(
-        "topics:\n  t: {}\nendpoints:\n  r:\n    url: redis://127.0.0.1/0?stream=s\n    topics: [t]\n    auth: { bearer: x }\n    proxy: http://127.0.0.1:3128\n  bad:\n    url: amqp://u:hunter2@h/%2f?queue=x\n    topics: [t]\n",
+        "delivery:\n  allow_networks: [127.0.0.0/8]\ntopics:\n  t: {}\nendpoints:\n  r:\n    url: redis://127.0.0.1/0?stream=s\n    topics: [t]\n    auth: { bearer: x }\n    proxy: http://127.0.0.1:3128\n  bad:\n    url: amqp://u:hunter2@h/%2f?queue=x\n    topics: [t]\n",
     );
     assert!(
         p.iter()
@@ -452,9 +452,9 @@ endpoints:
             "test.yaml:3: server.shutdown_grace: `ten seconds` is not a duration: write a whole number and a unit, e.g. 30s, 2m, 1h 30m or 1d",
             "test.yaml:5: topics.orders.polcy: unknown field `polcy`, expected `policy` or `description`",
             "test.yaml:7: delivery.max_in_flight: invalid type: string \"lots\", expected u32",
-            "test.yaml:11: endpoints.billing.topics[1]: unknown topic `invoices` (declared: orders)",
+            "test.yaml:11: endpoints.billing.topics[1]: unknown topic `invoices` (declared: orders, svix)",
             "test.yaml:12: endpoints.billing.policy: unknown policy `quick` (known: sns-aws-managed, sns-customer-managed, sns-http-default, standard)",
-            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`",
+            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`",
         ]
     );
 }
