@@ -17,6 +17,16 @@ use tokio::process::{Child, Command};
 /// The line the child prints on stdout once it accepts requests.
 const READY: &str = "READY ";
 
+/// The executable whose `__gateway` runs the gateways: this one, or another build of
+/// `hookgate-bench` named by `HOOKGATE_BENCH_GATEWAY_EXE` (say, the static musl build), so that
+/// two builds of the gateway meet the same load generator and receiver.
+fn gateway_exe() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("HOOKGATE_BENCH_GATEWAY_EXE") {
+        Some(exe) => Ok(PathBuf::from(exe)),
+        None => std::env::current_exe().context("locating the harness executable"),
+    }
+}
+
 /// The child's side: runs a gateway on `config` until SIGTERM, printing `READY <addr>` once
 /// `Gateway::start` returned (the queue is rebuilt and the API listens).
 pub(crate) fn serve(config: &Path) -> ExitCode {
@@ -82,7 +92,7 @@ impl GatewayProcess {
     /// Starts this executable as a gateway on `config`, its log in `log`, and waits for it to
     /// be ready (at most `within`).
     pub(crate) async fn spawn(config: &Path, log: &Path, within: Duration) -> anyhow::Result<GatewayProcess> {
-        let exe = std::env::current_exe().context("locating the harness executable")?;
+        let exe = gateway_exe()?;
         let log_file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let started = Instant::now();
         let mut child = Command::new(exe)

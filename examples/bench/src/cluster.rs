@@ -128,7 +128,30 @@ async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The single-event figures measured again on PostgreSQL: each request its own commit there,
+/// unless concurrent requests share one (the store's group commit).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PgSingle {
+    /// Single 1 KiB events at 64 clients into a topic one endpoint subscribes to.
+    Ingest,
+    /// Single events at 64 clients until the sink has every delivery.
+    EndToEnd,
+}
+
 impl Bench {
+    /// A single-event step on a fresh schema of `admin`, figures prefixed `pg_`.
+    pub(crate) async fn postgres_single(&mut self, admin: &str, step: PgSingle) -> anyhow::Result<()> {
+        let schema = Schema::create(admin).await?;
+        self.postgres = Some(schema.url());
+        let result = match step {
+            PgSingle::Ingest => self.ingest_subscribed().await,
+            PgSingle::EndToEnd => self.end_to_end_single(self.scale.e2e_events).await,
+        };
+        self.postgres = None;
+        schema.drop().await?;
+        result
+    }
+
     /// Fan-out to 10 endpoints through the gateways of `nodes` on PostgreSQL (one schema, or
     /// one each when apart), each ingesting an equal share in batches from an equal share of
     /// [`CLIENTS`]: deliveries/s from the first request to the last delivery, and the CPU time

@@ -29,7 +29,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hookgate_loadgen::{Client, Shape};
 
-use crate::cluster::Nodes;
+use crate::cluster::{Nodes, PgSingle};
 use crate::report::Results;
 
 /// The gateway binary's allocator, for the gateways this executable runs (`__gateway`).
@@ -212,6 +212,7 @@ async fn run(args: Args) -> ExitCode {
         results: Results::default(),
         verbose: args.verbose,
         floor: None,
+        postgres: None,
     };
     let machine = machine();
     eprintln!("hookgate-bench on {machine}; {} run(s) per figure", args.runs);
@@ -250,6 +251,8 @@ async fn run(args: Args) -> ExitCode {
             ("lateness", "scheduler lateness"),
             ("backlog", "backlog memory and restart"),
             ("plugins", "plugin overhead"),
+            ("postgres", "PostgreSQL, ingest single c=64, 1 subscriber"),
+            ("postgres", "PostgreSQL, end to end, single events"),
             ("postgres", "PostgreSQL, 1 node"),
             ("postgres", "PostgreSQL, 3 nodes"),
             ("postgres", "PostgreSQL, 3 nodes apart"),
@@ -292,6 +295,12 @@ async fn run(args: Args) -> ExitCode {
                     )),
                 },
                 pg => match &args.postgres {
+                    Some(url) if pg.starts_with("PostgreSQL, ingest single") => {
+                        bench.postgres_single(url, PgSingle::Ingest).await
+                    }
+                    Some(url) if pg.starts_with("PostgreSQL, end to end, single") => {
+                        bench.postgres_single(url, PgSingle::EndToEnd).await
+                    }
                     Some(url) => {
                         let layout = match pg {
                             "PostgreSQL, 1 node" => Nodes::One,
