@@ -298,7 +298,9 @@ impl Bench {
             ));
         }
         let site = match &self.postgres {
-            Some(url) => Site::without_sqlite(&self.work_root, &format!("storage:\n  url: \"{url}\"\n{yaml}"))?,
+            Some(url) => {
+                Site::without_sqlite(&self.work_root, &format!("storage:\n  url: \"{url}\"\n{yaml}"))?
+            }
             None => Site::new(&self.work_root, &yaml)?,
         };
         Ok((sink, site))
@@ -326,7 +328,11 @@ impl Bench {
             "ingest_subscribed_c64",
             "ingest, single 1 KiB events, 1 subscriber, 64 clients",
         );
-        let share_target = if self.postgres.is_some() { None } else { Target::at_least(0.18) };
+        let share_target = if self.postgres.is_some() {
+            None
+        } else {
+            Target::at_least(0.18)
+        };
         self.record_ingest(&key, &label, &report, [None, share_target]);
         Ok(())
     }
@@ -475,7 +481,11 @@ impl Bench {
         let measured = self.through_sink(1, (Shape::Single, 64), 640, events).await?;
         let (key, label) = self.on_store("e2e_single", "end to end, 1 endpoint, single events, 64 clients");
         // On SQLite: 20× what Svix delivers on this machine with the same client (≈ 960/s).
-        let target = if self.postgres.is_some() { None } else { Target::at_least(19_000.0) };
+        let target = if self.postgres.is_some() {
+            None
+        } else {
+            Target::at_least(19_000.0)
+        };
         self.record_delivered(&key, &label, measured, [target, None]);
         Ok(())
     }
