@@ -65,7 +65,7 @@ pub(super) async fn answer(
 ) {
     for id in ids {
         let request = match store.key_action_request(id).await {
-            Ok(Some(request)) if delivers(&*request.endpoint) => request,
+            Ok(Some(request)) if delivers(&request.endpoint) => request,
             Ok(_) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read an ordering key action");

@@ -286,7 +286,7 @@ async fn ordering_keys_need_an_ordered_endpoint_and_good_filters() {
 /// `skip` sends the rest in order and leaves the head a `skipped` dead letter; on a `hold`
 /// endpoint the key stays stopped past the head's final failure until `release`.
 #[tokio::test]
-async fn the_real_binary_shows_blocked_keys_and_moves_them_on() {
+async fn the_gateway_binary_shows_blocked_keys_and_moves_them_on() {
     let dir = tempfile::tempdir().unwrap();
     let sink = Sink::start().await;
     sink.rule(|body| {
