@@ -134,6 +134,7 @@ pub(super) struct Actor {
     /// The store's answers to health inputs, from the feeder.
     pub(super) health_reports: mpsc::UnboundedReceiver<HealthReport>,
     pub(super) publisher: Option<Publisher>,
+    pub(super) key_held_publisher: Option<super::handle::KeyHeldPublisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     pub(super) runtime: tokio::runtime::Handle,
     /// In a cluster, the endpoints this node delivers (None: every endpoint, one node).
@@ -198,6 +199,7 @@ impl Actor {
             reenable_waiters: HashMap::new(),
             health_reports,
             publisher: None,
+            key_held_publisher: None,
             runtime: tokio::runtime::Handle::current(),
             owned: deps.fence.is_some().then(HashSet::new),
             carried: HashSet::new(),

@@ -110,6 +110,10 @@ pub enum KeyAnswer {
 /// supervisor, which knows how to ingest.
 pub type Publisher = Arc<dyn Fn(Arc<str>, &'static str, EndpointHealth) + Send + Sync>;
 
+/// Callback the scheduler uses to publish `hookgate.ordering.key_held`: the endpoint, the key
+/// and the head it is held behind. Set by the supervisor, like [`Publisher`].
+pub type KeyHeldPublisher = Arc<dyn Fn(Arc<str>, Arc<str>, DeliveryId) + Send + Sync>;
+
 /// State the API reads without asking the actor; the actor writes it.
 #[derive(Default)]
 pub(super) struct Shared {

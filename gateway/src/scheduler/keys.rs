@@ -51,6 +51,9 @@ impl Actor {
             delivery: item.id,
             at: now,
         });
+        if let Some(publish) = &self.key_held_publisher {
+            publish(item.endpoint.clone(), key, item.id);
+        }
     }
 
     /// A held key's front came back in a new round (an operator's retry): the hold is over.

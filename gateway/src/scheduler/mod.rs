@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::actor::Actor;
 use self::handle::Shared;
-pub use self::handle::{KeyAction, KeyAnswer, Publisher, SchedulerHandle};
+pub use self::handle::{KeyAction, KeyAnswer, KeyHeldPublisher, Publisher, SchedulerHandle};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::store::{Store, StoreError};
@@ -93,8 +93,9 @@ impl Scheduler {
     }
 
     /// Where operator events go; without one, state changes are only recorded.
-    pub fn set_publisher(&mut self, publisher: Publisher) {
+    pub fn set_publisher(&mut self, publisher: Publisher, key_held: KeyHeldPublisher) {
         self.actor.publisher = Some(publisher);
+        self.actor.key_held_publisher = Some(key_held);
     }
 
     /// Runs until `shutdown`, then lets in-flight attempts finish for up to `grace` and

@@ -38,7 +38,7 @@ fn fail(sink: &Sink, key: &'static str, n: u64, status: u16) {
 
 fn yaml(sink: &Sink, policy: &str, extra: &str) -> String {
     format!(
-        "policies:\n  p:\n    schedule: {policy}\n    jitter: 0\ntopics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    policy: p\n    ordered: true\n    dead_letter: true\n{extra}",
+        "policies:\n  p:\n    schedule: {policy}\n    jitter: 0\ntopics:\n  t: {{}}\n  ops: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    policy: p\n    ordered: true\n    dead_letter: true\n{extra}",
         sink.url("/")
     )
 }
@@ -186,8 +186,13 @@ async fn an_action_on_a_head_being_attempted_waits_for_its_outcome() {
 #[tokio::test]
 async fn hold_keeps_a_key_stopped_past_its_final_failure_until_release() {
     let sink = Sink::start().await;
+    let ops = Sink::start().await;
     fail(&sink, "k", 1, 500);
-    let yaml = yaml(&sink, "[0s]", "    on_final_failure: hold\n");
+    let yaml = format!(
+        "health:\n  operator_topic: ops\n{}  ops:\n    url: {}\n    topics: [ops]\n",
+        yaml(&sink, "[0s]", "    on_final_failure: hold\n"),
+        ops.url("/ops")
+    );
     let mut gw = TestGateway::start(&yaml).await;
     let k1 = post(&gw, "k", 1).await;
     sink.wait_for(1, WAIT).await;
@@ -206,6 +211,14 @@ async fn hold_keeps_a_key_stopped_past_its_final_failure_until_release() {
         metric(&metrics, "hookgate_ordering_keys_held{endpoint=\"e\"}"),
         1.0
     );
+    // The operator hears of it.
+    let told = ops.wait_for(1, WAIT).await[0].json();
+    assert_eq!(told["type"], "hookgate.ordering.key_held");
+    assert_eq!(
+        (&told["endpoint"], &told["ordering_key"]),
+        (&json!("e"), &json!("k"))
+    );
+    assert_eq!(told["head"], held[0]["head"]["delivery_id"]);
 
     // Held across time and a restart.
     gw.advance(Duration::from_secs(3600)).await;
