@@ -23,6 +23,8 @@
 //! which applies every input under a row lock; nodes learn each other's state changes by
 //! notice. See docs/cluster.md.
 
+mod key_actions;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +38,8 @@ use crate::fence::Fence;
 use crate::model::{DeliveryId, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery};
+
+pub use self::key_actions::relay as relay_key_action;
 
 /// Notices about deliveries this node just read in full are ignored for this long: the
 /// commit's notice can arrive after the read that already saw the delivery.
@@ -483,6 +487,16 @@ impl ClusterTask {
                 return;
             }
         };
+        let held = match self.store.held_ordering_keys().await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the held ordering keys of endpoints taken over; trying again");
+                for endpoint in gained {
+                    self.let_go(endpoint);
+                }
+                return;
+            }
+        };
         self.remember(pending.iter().map(|p| (p.id, p.round)).collect());
         let mut by_endpoint: HashMap<Arc<str>, Vec<PendingDelivery>> = HashMap::new();
         for p in pending {
@@ -492,7 +506,8 @@ impl ClusterTask {
             let pending = by_endpoint.remove(&endpoint).unwrap_or_default();
             tracing::info!(endpoint = %endpoint, pending = pending.len(), "delivering this endpoint from this node");
             self.owned.insert(endpoint.clone());
-            self.scheduler.owned(endpoint, pending);
+            let held = held.iter().filter(|h| h.endpoint == endpoint).cloned().collect();
+            self.scheduler.owned(endpoint, pending, held);
         }
     }
 
@@ -525,11 +540,13 @@ impl ClusterTask {
         let (mut others, mut own) = (Vec::new(), Vec::new());
         let mut health = Vec::new();
         let mut endpoints_changed = false;
+        let mut key_actions = Vec::new();
         let mut sort = |notice| match notice {
             ClusterNotice::Deliveries { ids, own: false } => others.extend(ids),
             ClusterNotice::Deliveries { ids, own: true } => own.extend(ids),
             ClusterNotice::Health(endpoint) => health.push(endpoint),
             ClusterNotice::Endpoints => endpoints_changed = true,
+            ClusterNotice::KeyAction(id) => key_actions.push(id),
         };
         sort(first);
         if let Some(notices) = notices {
@@ -541,6 +558,10 @@ impl ClusterTask {
             self.refresh_endpoints().await;
         }
         self.load_deliveries(others, own).await;
+        if !key_actions.is_empty() {
+            let owned = &self.owned;
+            key_actions::answer(&self.store, &self.scheduler, |e| owned.contains(e), key_actions).await;
+        }
         for endpoint in health {
             match self.store.health_of(&endpoint).await {
                 Ok(Some(h)) => self.scheduler.health_changed(endpoint, h),

@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
 use crate::config::Config;
 use crate::health::EndpointHealth;
-use crate::model::{Event, EventLabels, EventTrace, Timestamp};
+use crate::model::{DeliveryId, Event, EventLabels, EventTrace, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError, Target};
 use crate::telemetry::Metrics;
@@ -60,6 +60,9 @@ impl Prepared {
         self.items.iter().map(|i| i.endpoints.len()).sum()
     }
 }
+
+/// The operator event of an ordered endpoint's key held behind a head that finally failed.
+pub const KEY_HELD: &str = "hookgate.ordering.key_held";
 
 #[derive(Clone)]
 pub struct Ingestor {
@@ -159,12 +162,22 @@ impl Ingestor {
         }
     }
 
+    /// Publishes `hookgate.ordering.key_held` on the operator topic, if there is one: an
+    /// ordered endpoint's key stopped behind `head`, which finally failed, until an operator
+    /// releases, retries or skips it.
+    pub fn publish_key_held(&self, endpoint: &str, key: &str, head: DeliveryId) {
+        let body = serde_json::json!({
+            "type": KEY_HELD,
+            "endpoint": endpoint,
+            "ordering_key": key,
+            "head": head.to_string(),
+        });
+        self.publish(KEY_HELD, endpoint, body);
+    }
+
     /// Publishes an operator event (`hookgate.endpoint.paused`…) on the configured operator
     /// topic, if there is one. Fire and forget: a failure is logged, never blocks delivery.
     pub fn publish_operator_event(&self, endpoint: &str, event_type: &'static str, health: &EndpointHealth) {
-        let Some(topic) = self.config.load().health.operator_topic.clone() else {
-            return;
-        };
         // The receiver sees only the payload, so it names the event type too: `recovered` and
         // `reenabled` both end in `active`.
         let body = serde_json::json!({
@@ -176,6 +189,14 @@ impl Ingestor {
             "last_success_at": health.last_success_at,
             "changed_at": health.changed_at,
         });
+        self.publish(event_type, endpoint, body);
+    }
+
+    /// An operator event with `body` on the operator topic, keyed by its endpoint.
+    fn publish(&self, event_type: &'static str, endpoint: &str, body: serde_json::Value) {
+        let Some(topic) = self.config.load().health.operator_topic.clone() else {
+            return;
+        };
         let prepared = self.prepare(
             vec![NewEvent {
                 id: None,

@@ -30,7 +30,7 @@ use crate::endpoint_admin::EndpointAdmin;
 use crate::fence::{Fence, SystemLeaseClock};
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
-use crate::model::Timestamp;
+use crate::model::{DeliveryId, Timestamp};
 use crate::plugins::{PluginHost, PluginLimits};
 use crate::recovery::Recovery;
 use crate::reload::{Announce, Reloader, review_bindings_on_plugin_changes};
@@ -369,12 +369,17 @@ fn api_router(
         metrics: metrics.clone(),
     };
     {
-        let ingestor = ingestor.clone();
-        scheduler_actor.set_publisher(Arc::new(
-            move |endpoint: Arc<str>, event_type: &'static str, h: EndpointHealth| {
-                ingestor.publish_operator_event(&endpoint, event_type, &h);
-            },
-        ));
+        let (ingestor, held) = (ingestor.clone(), ingestor.clone());
+        scheduler_actor.set_publisher(
+            Arc::new(
+                move |endpoint: Arc<str>, event_type: &'static str, h: EndpointHealth| {
+                    ingestor.publish_operator_event(&endpoint, event_type, &h);
+                },
+            ),
+            Arc::new(move |endpoint: Arc<str>, key: Arc<str>, head: DeliveryId| {
+                held.publish_key_held(&endpoint, &key, head);
+            }),
+        );
     }
     let recovery = Recovery {
         clock: clock.clone(),

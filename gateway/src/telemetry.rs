@@ -164,6 +164,37 @@ impl Metrics {
         self.counter("hookgate_cluster_lease_lapses_total", Vec::new())
     }
 
+    /// `hookgate_ordering_key_events_total{endpoint, event}`: ordering keys held behind a head
+    /// that finally failed (`held`), released by an operator or a retry (`released`), and
+    /// heads an operator skipped (`skipped`).
+    pub fn ordering_key_events(&self, endpoint: &str, event: &'static str) -> Counter {
+        let labels = vec![label("endpoint", endpoint), label("event", event)];
+        self.counter("hookgate_ordering_key_events_total", labels)
+    }
+
+    /// `hookgate_ordering_keys_blocked{endpoint}`: keys whose head has failed with events
+    /// waiting behind it (read from the store at scrape time: cluster-wide).
+    pub fn ordering_keys_blocked(&self, endpoint: &str) -> Gauge {
+        self.gauge(
+            "hookgate_ordering_keys_blocked",
+            vec![label("endpoint", endpoint)],
+        )
+    }
+
+    /// `hookgate_ordering_keys_held{endpoint}`: keys held behind a head that finally failed.
+    pub fn ordering_keys_held(&self, endpoint: &str) -> Gauge {
+        self.gauge("hookgate_ordering_keys_held", vec![label("endpoint", endpoint)])
+    }
+
+    /// `hookgate_ordering_oldest_waiting_seconds{endpoint}`: how long the oldest event waiting
+    /// behind a blocked or held key has waited.
+    pub fn ordering_oldest_waiting(&self, endpoint: &str) -> Gauge {
+        self.gauge(
+            "hookgate_ordering_oldest_waiting_seconds",
+            vec![label("endpoint", endpoint)],
+        )
+    }
+
     /// `hookgate_queue_depth`: deliveries waiting in the scheduler.
     pub fn queue_depth(&self) -> Gauge {
         self.gauge("hookgate_queue_depth", Vec::new())

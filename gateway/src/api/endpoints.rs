@@ -74,7 +74,11 @@ async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, Api
 
 /// The endpoint of that name, if the caller may see it (a tenant sees only its own; anything
 /// else is 404, as if it did not exist).
-fn visible(state: &AppState, caller: &Caller, name: &str) -> Result<Arc<EndpointConfig>, ApiError> {
+pub(super) fn visible(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+) -> Result<Arc<EndpointConfig>, ApiError> {
     state
         .recovery
         .endpoint(name)

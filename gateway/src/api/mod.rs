@@ -12,6 +12,7 @@ mod event_types;
 mod events;
 mod idempotency;
 mod ops;
+mod ordering;
 mod plugins;
 mod policies;
 mod stats;
@@ -98,6 +99,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(events::router())
         .merge(deliveries::router())
         .merge(endpoints::router())
+        .merge(ordering::router())
         .merge(plugins::router())
         .merge(policies::router())
         .merge(topics::router())

@@ -13,6 +13,7 @@ use super::AppState;
 use super::views::{ClusterNodesView, NodeView};
 use crate::model::{EndpointState, Timestamp};
 use crate::reload::ReloadStatus;
+use crate::store::{KeyListing, KeyState};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -39,6 +40,7 @@ async fn healthz() -> Json<Liveness> {
     responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Gauges that are cheaper to read at scrape time than to keep up to date.
+    ordering_gauges(&state).await;
     state
         .metrics
         .queue_depth()
@@ -64,6 +66,46 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// Keys the gauges look at per ordered endpoint and scrape.
+const ORDERING_GAUGE_KEYS: u32 = 1000;
+
+/// The ordering gauges of every ordered endpoint, from the store (so in a cluster every node
+/// shows the same): blocked and held keys, and the age of the oldest event waiting behind
+/// one. The store answers from the failed heads' index: the cost is the blocked keys'.
+async fn ordering_gauges(state: &AppState) {
+    let config = state.config.load_full();
+    let now = state.clock.now();
+    for ep in config.endpoints.values().filter(|ep| ep.ordered) {
+        let page = match state
+            .store
+            .ordering_keys(&ep.name, KeyListing::Blocked, None, ORDERING_GAUGE_KEYS)
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::debug!(endpoint = %ep.name, error = %e, "cannot read the ordering keys for the metrics");
+                continue;
+            }
+        };
+        let count = |s: KeyState| page.keys.iter().filter(|k| k.state() == s).count() as f64;
+        let oldest = page
+            .keys
+            .iter()
+            .filter_map(|k| k.oldest_waiting_at)
+            .min()
+            .map_or(0.0, |at| now.since(at).as_secs_f64());
+        state
+            .metrics
+            .ordering_keys_blocked(&ep.name)
+            .set(count(KeyState::Blocked));
+        state
+            .metrics
+            .ordering_keys_held(&ep.name)
+            .set(count(KeyState::Held));
+        state.metrics.ordering_oldest_waiting(&ep.name).set(oldest);
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]

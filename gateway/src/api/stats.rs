@@ -14,6 +14,10 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::{ApiError, AppState};
 use crate::model::Timestamp;
+use crate::store::KeyListing;
+
+/// Blocked keys counted per ordered endpoint.
+const BLOCKED_KEYS_COUNTED: u32 = 1000;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(stats))
@@ -48,6 +52,9 @@ pub(crate) struct StatsView {
     dead: u64,
     /// Endpoints per state (`active`, `degraded`, `paused`, `disabled`).
     endpoints: BTreeMap<String, u64>,
+    /// Ordering keys of ordered endpoints that are blocked behind a failing head or held
+    /// behind a dead one (at most 1000 per endpoint are counted).
+    blocked_keys: u64,
 }
 
 /// Deliveries finished per minute over the last hour (or per hour over the last day), the
@@ -83,12 +90,20 @@ async fn stats(
     let backlog = state.store.backlog(tenant.clone()).await?;
     let config = state.config.load_full();
     let mut endpoints = BTreeMap::new();
+    let mut blocked_keys = 0;
     for ep in config.endpoints.values() {
         if tenant.is_some() && ep.tenant.as_deref() != tenant.as_deref() {
             continue;
         }
         let health = state.health_of(&ep.name).await;
         *endpoints.entry(health.state.as_str().to_owned()).or_default() += 1;
+        if ep.ordered {
+            let page = state
+                .store
+                .ordering_keys(&ep.name, KeyListing::Blocked, None, BLOCKED_KEYS_COUNTED)
+                .await?;
+            blocked_keys += page.keys.len() as u64;
+        }
     }
     Ok(Json(StatsView {
         period: period.to_owned(),
@@ -104,5 +119,6 @@ async fn stats(
         pending: backlog.pending,
         dead: backlog.dead,
         endpoints,
+        blocked_keys,
     }))
 }

@@ -291,6 +291,9 @@ pub(crate) struct EndpointView {
     pub(crate) signer: Option<String>,
     pub(crate) backoff: Option<String>,
     pub(crate) ordered: bool,
+    /// An ordered endpoint's `skip` or `hold`; null for an endpoint that is not ordered.
+    #[serde(default)]
+    pub(crate) on_final_failure: Option<String>,
     pub(crate) dead_letter: bool,
     pub(crate) max_per_second: Option<f64>,
     /// The channels it listens to; empty: every event, with channels or without.
@@ -364,6 +367,7 @@ impl EndpointView {
             signer: ep.signer.as_ref().map(|b| b.plugin.clone()),
             backoff: ep.backoff.as_ref().map(|b| b.plugin.clone()),
             ordered: ep.ordered,
+            on_final_failure: ep.ordered.then(|| ep.on_final_failure.as_str().to_owned()),
             dead_letter: ep.dead_letter,
             max_per_second: ep.max_per_second,
             channels: ep.channels.clone(),

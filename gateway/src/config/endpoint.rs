@@ -7,9 +7,9 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use http::{HeaderName, HeaderValue, Uri};
 use ipnet::IpNet;
 
-use super::raw::{RawEndpoint, RawSecrets};
+use super::raw::{RawEndpoint, RawFinalFailure, RawSecrets};
 use super::validate::Validator;
-use super::{EndpointConfig, EndpointSource, TopicConfig, defaults};
+use super::{EndpointConfig, EndpointSource, FinalFailure, TopicConfig, defaults};
 use crate::delivery::{Destination, ssrf};
 use crate::model::Secret;
 use crate::policy::Policy;
@@ -42,6 +42,22 @@ pub(super) struct Known<'a> {
 }
 
 impl Validator<'_> {
+    /// `on_final_failure` means something only where keys wait for each other.
+    fn final_failure(&mut self, path: &str, raw: Option<RawFinalFailure>, ordered: bool) -> FinalFailure {
+        match raw {
+            None | Some(RawFinalFailure::Skip) => FinalFailure::Skip,
+            Some(RawFinalFailure::Hold) if ordered => FinalFailure::Hold,
+            Some(RawFinalFailure::Hold) => {
+                self.problem(
+                    &format!("{path}.on_final_failure"),
+                    "`hold` needs `ordered: true`: only an ordered endpoint's keys wait for their head"
+                        .into(),
+                );
+                FinalFailure::Skip
+            }
+        }
+    }
+
     /// The endpoint `name`, or None when any of its keys has a problem (all of them recorded).
     pub(super) fn endpoint(&mut self, name: &str, raw: RawEndpoint, known: &Known) -> Option<EndpointConfig> {
         let path = format!("endpoints.{name}");
@@ -91,6 +107,7 @@ impl Validator<'_> {
         };
         let route = self.route(&path, raw.tls, raw.proxy.as_deref(), http_url);
         let signature = self.signature(&path, raw.signature, &secrets, signer.is_some());
+        let on_final_failure = self.final_failure(&path, raw.on_final_failure, raw.ordered);
         if let Some(tenant) = &raw.tenant {
             self.name(&format!("{path}.tenant"), tenant);
         }
@@ -121,6 +138,7 @@ impl Validator<'_> {
             max_in_flight,
             timeout,
             ordered: raw.ordered,
+            on_final_failure,
             dead_letter: raw.dead_letter,
             auth: auth.map(Arc::new),
             route,

@@ -263,6 +263,8 @@ pub struct EndpointConfig {
     pub max_in_flight: Option<u32>,
     pub timeout: Option<Duration>,
     pub ordered: bool,
+    /// What an ordered endpoint's key does when its head finally fails.
+    pub on_final_failure: FinalFailure,
     pub dead_letter: bool,
     /// Outbound credentials, added as `Authorization` after every plugin ran.
     pub auth: Option<Arc<OutboundAuth>>,
@@ -287,6 +289,25 @@ pub struct EndpointConfig {
     pub svix_uid: Option<String>,
     /// Sends the `svix-*` headers beside the `webhook-*` ones.
     pub svix_headers: bool,
+}
+
+/// What an ordered endpoint's key does when its head finally fails (`on_final_failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FinalFailure {
+    /// The head ends (failed, or dead with `dead_letter`) and the key's next event goes.
+    #[default]
+    Skip,
+    /// The key stays stopped behind the head until an operator releases it.
+    Hold,
+}
+
+impl FinalFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalFailure::Skip => "skip",
+            FinalFailure::Hold => "hold",
+        }
+    }
 }
 
 /// Where an endpoint was declared: in the config file (read-only through the API) or through
@@ -324,6 +345,7 @@ impl PartialEq for EndpointConfig {
             && self.max_in_flight == other.max_in_flight
             && self.timeout == other.timeout
             && self.ordered == other.ordered
+            && self.on_final_failure == other.on_final_failure
             && self.dead_letter == other.dead_letter
             && self.auth == other.auth
             && self.route == other.route

@@ -289,6 +289,10 @@ pub struct RawEndpoint {
     /// Keep exhausted or permanently failed deliveries as `dead` for redrive.
     #[serde(default)]
     pub dead_letter: bool,
+    /// On an ordered endpoint, what a key does when its head finally fails: `skip` (the
+    /// default: the key moves on) or `hold` (the key stops behind it until an operator
+    /// releases it; for events that must never overtake each other, like a ledger's).
+    pub on_final_failure: Option<RawFinalFailure>,
     /// How the gateway's requests authenticate to the endpoint; the credentials are secrets
     /// (never logged, never shown, never given to plugins).
     pub auth: Option<RawAuth>,
@@ -371,6 +375,14 @@ pub struct RawEndpointTls {
     pub client_cert: String,
     /// PEM file of its private key (PKCS#8, RSA or EC).
     pub client_key: String,
+}
+
+/// What an ordered endpoint's key does when its head finally fails.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawFinalFailure {
+    Skip,
+    Hold,
 }
 
 /// How an endpoint's requests are signed.

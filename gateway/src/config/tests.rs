@@ -103,7 +103,7 @@ fn an_unknown_key_names_file_line_and_path() {
     assert_eq!(
         problems(text),
         vec![
-            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`"
+            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `on_final_failure`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`"
         ]
     );
 }
@@ -454,7 +454,7 @@ endpoints:
             "test.yaml:7: delivery.max_in_flight: invalid type: string \"lots\", expected u32",
             "test.yaml:11: endpoints.billing.topics[1]: unknown topic `invoices` (declared: orders, svix)",
             "test.yaml:12: endpoints.billing.policy: unknown policy `quick` (known: sns-aws-managed, sns-customer-managed, sns-http-default, standard)",
-            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`",
+            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `on_final_failure`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`",
         ]
     );
 }

@@ -35,6 +35,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("assets/views/overview.js"),
     ),
     (
+        "views/ordering.js",
+        JS,
+        include_bytes!("assets/views/ordering.js"),
+    ),
+    (
         "views/endpoints.js",
         JS,
         include_bytes!("assets/views/endpoints.js"),

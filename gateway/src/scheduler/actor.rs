@@ -53,10 +53,10 @@ pub(super) struct Item {
 /// How long a delivery whose read failed waits before it is read again.
 const UNREAD_RETRY: Duration = Duration::from_secs(1);
 
-struct Due {
+pub(super) struct Due {
     at: Timestamp,
     seq: u64,
-    item: Item,
+    pub(super) item: Item,
 }
 
 impl PartialEq for Due {
@@ -111,7 +111,7 @@ pub(super) struct Actor {
     pub(super) env: Arc<AttemptEnv>,
     pub(super) rx: mpsc::UnboundedReceiver<Command>,
     pub(super) shared: Arc<Shared>,
-    due: BinaryHeap<Reverse<Due>>,
+    pub(super) due: BinaryHeap<Reverse<Due>>,
     pub(super) seq: u64,
     pub(super) lanes: HashMap<Arc<str>, Lane>,
     pub(super) in_flight: u32,
@@ -134,6 +134,7 @@ pub(super) struct Actor {
     /// The store's answers to health inputs, from the feeder.
     pub(super) health_reports: mpsc::UnboundedReceiver<HealthReport>,
     pub(super) publisher: Option<Publisher>,
+    pub(super) key_held_publisher: Option<super::handle::KeyHeldPublisher>,
     /// The gateway's runtime, where attempts run; the actor itself runs on its own thread.
     pub(super) runtime: tokio::runtime::Handle,
     /// In a cluster, the endpoints this node delivers (None: every endpoint, one node).
@@ -198,6 +199,7 @@ impl Actor {
             reenable_waiters: HashMap::new(),
             health_reports,
             publisher: None,
+            key_held_publisher: None,
             runtime: tokio::runtime::Handle::current(),
             owned: deps.fence.is_some().then(HashSet::new),
             carried: HashSet::new(),
@@ -388,10 +390,26 @@ impl Actor {
             }
             Command::Reconfigured => self.reconfigure(),
             Command::Own(endpoint) => self.own(endpoint),
-            Command::Owned { endpoint, pending } => self.take_owned(&endpoint, pending),
+            Command::Owned {
+                endpoint,
+                pending,
+                held,
+            } => {
+                self.restore_holds(held);
+                self.take_owned(&endpoint, pending);
+            }
             Command::Disown(endpoint) => self.disown(&endpoint),
             Command::Load { pending, noticed } => self.load_notified(pending, noticed),
             Command::HealthChanged { endpoint, health } => self.health_changed(endpoint, health),
+            Command::Key {
+                endpoint,
+                key,
+                action,
+                expected,
+                reply,
+            } => {
+                let _ = reply.send(self.key_action(&endpoint, &key, action, expected));
+            }
         }
     }
 
@@ -415,8 +433,16 @@ impl Actor {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         let lane = self.lane(&item.endpoint);
         item.epoch = lane.epoch;
-        if let Some(held) = lane.hold_if_key_busy(item) {
-            self.push_due(held, at);
+        let was_held = item
+            .ordering_key
+            .as_deref()
+            .and_then(|key| lane.front_of(key))
+            .is_some_and(|(front, held)| held && front == item.id);
+        if let Some(admitted) = lane.hold_if_key_busy(item) {
+            if was_held {
+                self.unheld(&admitted);
+            }
+            self.push_due(admitted, at);
         }
     }
 
@@ -444,6 +470,13 @@ impl Actor {
         }
         let due_at = item.due_at;
         let lane = self.lane(&item.endpoint);
+        let key = item.ordering_key.as_deref();
+        if key.and_then(|k| lane.front_of(k)) == Some((item.id, true)) {
+            // A new round of the dead head a key is held behind (an operator's retry): the
+            // hold ends and the head goes first (see `admit`).
+            self.admit(item, due_at);
+            return;
+        }
         let item = match lane.replace_held(item) {
             Ok(()) => return,
             Err(item) => item,
@@ -632,7 +665,7 @@ impl Actor {
             _ => {
                 self.shared.queued.fetch_sub(1, Ordering::Relaxed);
                 if !superseded {
-                    self.release_key(&item);
+                    self.front_ended(&item, decision.status, now);
                 }
             }
         }
@@ -756,7 +789,7 @@ impl Actor {
         let Some(lane) = self.lanes.get_mut(&item.endpoint) else {
             return;
         };
-        if let Some(next) = lane.release_key(key, item.epoch) {
+        if let Some(next) = lane.release_key(key, item.epoch, item.id) {
             lane.waiting.push_back(next);
         }
     }

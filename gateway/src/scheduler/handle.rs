@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, Event, Timestamp};
-use crate::store::{PendingDelivery, ReadyDelivery, Restarted};
+use crate::store::{HeldKey, PendingDelivery, ReadyDelivery, Restarted};
 
 /// What the rest of the gateway asks of the actor.
 pub(super) enum Command {
@@ -24,10 +24,12 @@ pub(super) enum Command {
     Reconfigured,
     /// This node now delivers the endpoint (a cluster lease); its pending deliveries follow.
     Own(Arc<str>),
-    /// The pending deliveries of an endpoint just owned, as read after the `Own`.
+    /// The pending deliveries of an endpoint just owned, as read after the `Own`, and its
+    /// held keys.
     Owned {
         endpoint: Arc<str>,
         pending: Vec<PendingDelivery>,
+        held: Vec<HeldKey>,
     },
     /// Another node delivers the endpoint now, or will once this one lets go.
     Disown(Arc<str>),
@@ -42,11 +44,75 @@ pub(super) enum Command {
         endpoint: Arc<str>,
         health: EndpointHealth,
     },
+    /// An operator's action on one ordering key.
+    Key {
+        endpoint: Arc<str>,
+        key: Arc<str>,
+        action: KeyAction,
+        expected: Option<DeliveryId>,
+        reply: oneshot::Sender<KeyAnswer>,
+    },
+}
+
+/// What an operator does to an ordering key of an ordered endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAction {
+    /// The head ends as a dead letter `skipped`; the next event goes at once. On a held key
+    /// (whose head is a dead letter already), the same as `Release`.
+    Skip,
+    /// The head is attempted now.
+    Retry,
+    /// A held key moves on; its head stays a dead letter.
+    Release,
+}
+
+impl KeyAction {
+    pub fn parse(text: &str) -> Option<KeyAction> {
+        match text {
+            "skip" => Some(KeyAction::Skip),
+            "retry" => Some(KeyAction::Retry),
+            "release" => Some(KeyAction::Release),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyAction::Skip => "skip",
+            KeyAction::Retry => "retry",
+            KeyAction::Release => "release",
+        }
+    }
+}
+
+/// The scheduler's answer to a [`KeyAction`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyAnswer {
+    /// Done, on this head.
+    Applied(DeliveryId),
+    /// Nothing done: the key has no head waiting here (nothing pending), or its head is not
+    /// the one the action named (that one was delivered, skipped or released meanwhile).
+    Unchanged { front: Option<DeliveryId> },
+    /// An attempt of the head is running: its outcome decides; act again after it.
+    InFlight(DeliveryId),
+    /// `release` of a key that is not held.
+    NotHeld,
+    /// `retry` of a held key: its head finally failed, so it needs a new round (the caller
+    /// starts one; the key is released when it comes in).
+    NewRound(DeliveryId),
+    /// Another node delivers the endpoint.
+    NotOwner,
+    /// The scheduler has stopped.
+    Stopped,
 }
 
 /// Callback the scheduler uses to publish operator events (`hookgate.endpoint.*`). Set by the
 /// supervisor, which knows how to ingest.
 pub type Publisher = Arc<dyn Fn(Arc<str>, &'static str, EndpointHealth) + Send + Sync>;
+
+/// Callback the scheduler uses to publish `hookgate.ordering.key_held`: the endpoint, the key
+/// and the head it is held behind. Set by the supervisor, like [`Publisher`].
+pub type KeyHeldPublisher = Arc<dyn Fn(Arc<str>, Arc<str>, DeliveryId) + Send + Sync>;
 
 /// State the API reads without asking the actor; the actor writes it.
 #[derive(Default)]
@@ -146,6 +212,16 @@ impl SchedulerHandle {
             .contains_key(&id)
     }
 
+    /// Waits (at most `within`) until the store holds every state change the scheduler has
+    /// decided so far: an operator's action is answered once a read shows it.
+    pub async fn committed(&self, within: std::time::Duration) {
+        let mark = self.changes_sent();
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.changes_done_through(mark) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
     /// How many state changes the scheduler has sent to the store so far.
     pub fn changes_sent(&self) -> u64 {
         self.shared.changes_sent.load(Ordering::SeqCst)
@@ -176,9 +252,14 @@ impl SchedulerHandle {
         self.send(Command::Own(endpoint));
     }
 
-    /// In a cluster: the pending deliveries of an endpoint [`SchedulerHandle::own`] took.
-    pub fn owned(&self, endpoint: Arc<str>, pending: Vec<PendingDelivery>) {
-        self.send(Command::Owned { endpoint, pending });
+    /// In a cluster: the pending deliveries and held keys of an endpoint
+    /// [`SchedulerHandle::own`] took.
+    pub fn owned(&self, endpoint: Arc<str>, pending: Vec<PendingDelivery>, held: Vec<HeldKey>) {
+        self.send(Command::Owned {
+            endpoint,
+            pending,
+            held,
+        });
     }
 
     /// Resolves when the config changes (the cluster task then claims new endpoints at once).
@@ -228,6 +309,29 @@ impl SchedulerHandle {
             return None;
         }
         rx.await.ok()
+    }
+
+    /// An operator's action on an ordering key, decided by the actor in order with the
+    /// attempts' outcomes. `expected`: the head the action is meant for.
+    pub async fn key_action(
+        &self,
+        endpoint: Arc<str>,
+        key: Arc<str>,
+        action: KeyAction,
+        expected: Option<DeliveryId>,
+    ) -> KeyAnswer {
+        let (reply, rx) = oneshot::channel();
+        let command = Command::Key {
+            endpoint,
+            key,
+            action,
+            expected,
+            reply,
+        };
+        if !self.send(command) {
+            return KeyAnswer::Stopped;
+        }
+        rx.await.unwrap_or(KeyAnswer::Stopped)
     }
 
     /// Tells the scheduler the config changed (endpoints added, changed or removed).

@@ -96,7 +96,7 @@ impl Actor {
         for effect in effects {
             match effect {
                 Effect::StopDeliveries => {
-                    let dropped = self.lane(endpoint).stop();
+                    let dropped = self.lane(endpoint).stop(true);
                     self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
                     self.change(StateChange::FailPending {
                         endpoint: endpoint.clone(),
@@ -179,7 +179,7 @@ impl Actor {
             .collect();
         for name in removed {
             if let Some(mut lane) = self.lanes.remove(&name) {
-                let dropped = lane.stop();
+                let dropped = lane.stop(true);
                 self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
                 // Keep an epoch past the old one so heap entries of the removed lane stay stale
                 // if an endpoint of the same name comes back.

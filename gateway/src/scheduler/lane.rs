@@ -14,7 +14,7 @@ use super::actor::Item;
 use super::meters::EndpointMetrics;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::model::Timestamp;
+use crate::model::{DeliveryId, Timestamp};
 use crate::telemetry::Metrics;
 
 /// governor's view of the gateway clock, so throttling follows simulated time in tests and
@@ -46,9 +46,28 @@ pub(super) struct Lane {
     rate_per_second: Option<f64>,
     limiter: Option<Limiter>,
     ordered: bool,
-    /// For ordered endpoints: keys with a delivery in progress, and the deliveries held behind it.
-    busy_keys: HashMap<Arc<str>, VecDeque<Item>>,
+    /// For ordered endpoints: keys with a delivery in progress (or held behind a dead one),
+    /// and the deliveries waiting behind it.
+    busy_keys: HashMap<Arc<str>, KeyLine>,
     pub(super) metrics: EndpointMetrics,
+}
+
+/// One busy ordering key: the delivery at its front, whether the key is held behind it (the
+/// front finally failed on a `hold` endpoint), and what waits behind it in order.
+#[derive(Debug)]
+pub(super) struct KeyLine {
+    pub(super) front: DeliveryId,
+    pub(super) held: bool,
+    behind: VecDeque<Item>,
+}
+
+/// Why an operator's release does not apply.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum NotHeld {
+    /// The key is not held (never was, or released already).
+    NotHeld,
+    /// It is held behind another delivery than the one named.
+    OtherFront(DeliveryId),
 }
 
 impl Lane {
@@ -100,13 +119,90 @@ impl Lane {
             return Some(item);
         };
         match self.busy_keys.get_mut(&key) {
-            Some(held) => {
-                held.push_back(item);
+            // The front itself again: a new round of a held front (an operator's retry).
+            Some(line) if line.front == item.id => {
+                line.held = false;
+                Some(item)
+            }
+            Some(line) => {
+                line.behind.push_back(item);
                 None
             }
             None => {
-                self.busy_keys.insert(key, VecDeque::new());
+                let line = KeyLine {
+                    front: item.id,
+                    held: false,
+                    behind: VecDeque::new(),
+                };
+                self.busy_keys.insert(key, line);
                 Some(item)
+            }
+        }
+    }
+
+    /// The key's front delivery and whether the key is held behind it.
+    pub(super) fn front_of(&self, key: &str) -> Option<(DeliveryId, bool)> {
+        self.busy_keys.get(key).map(|line| (line.front, line.held))
+    }
+
+    /// The key's front `delivery` finally failed and the endpoint holds its keys: the key stays
+    /// busy (what arrives queues behind) until [`Lane::release_hold`]. False when the item is
+    /// of an old epoch or no longer the key's front.
+    pub(super) fn hold_key(&mut self, key: &Arc<str>, epoch: u64, delivery: DeliveryId) -> bool {
+        if epoch != self.epoch {
+            return false;
+        }
+        match self.busy_keys.get_mut(key) {
+            Some(line) if line.front == delivery => {
+                line.held = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A key the store says is held (at start, or when this node takes the endpoint over),
+    /// before any of its pending deliveries is taken in.
+    pub(super) fn restore_hold(&mut self, key: Arc<str>, delivery: DeliveryId) {
+        self.busy_keys.entry(key).or_insert_with(|| KeyLine {
+            front: delivery,
+            held: true,
+            behind: VecDeque::new(),
+        });
+    }
+
+    /// An operator releases the key held behind `delivery` (any front when None): the next
+    /// waiting delivery, if any, owns the key now and is returned.
+    pub(super) fn release_hold(
+        &mut self,
+        key: &Arc<str>,
+        delivery: Option<DeliveryId>,
+    ) -> Result<Option<Item>, NotHeld> {
+        let line = self
+            .busy_keys
+            .get_mut(key)
+            .filter(|l| l.held)
+            .ok_or(NotHeld::NotHeld)?;
+        if let Some(expected) = delivery
+            && expected != line.front
+        {
+            return Err(NotHeld::OtherFront(line.front));
+        }
+        line.held = false;
+        Ok(self.pass_key(key))
+    }
+
+    /// Hands the key to the next delivery behind its front, or frees it.
+    fn pass_key(&mut self, key: &Arc<str>) -> Option<Item> {
+        let line = self.busy_keys.get_mut(key)?;
+        match line.behind.pop_front() {
+            Some(next) => {
+                line.front = next.id;
+                Some(next)
+            }
+            None => {
+                self.busy_keys.remove(key);
+                None
             }
         }
     }
@@ -117,10 +213,10 @@ impl Lane {
         let Some(key) = &item.ordering_key else {
             return Err(item);
         };
-        let Some(held) = self.busy_keys.get_mut(key) else {
+        let Some(line) = self.busy_keys.get_mut(key) else {
             return Err(item);
         };
-        match held.iter_mut().find(|h| h.id == item.id) {
+        match line.behind.iter_mut().find(|h| h.id == item.id) {
             Some(slot) => {
                 *slot = Item {
                     epoch: slot.epoch,
@@ -132,19 +228,18 @@ impl Lane {
         }
     }
 
-    /// The key's delivery is done for good; returns the next held one, which now owns the key.
-    pub(super) fn release_key(&mut self, key: &Arc<str>, epoch: u64) -> Option<Item> {
+    /// The key's front `delivery` is done for good; returns the next one waiting, which now
+    /// owns the key. Nothing happens for an item of an old epoch, or one that no longer is the
+    /// key's front (an operator skipped it meanwhile), or while the key is held.
+    pub(super) fn release_key(&mut self, key: &Arc<str>, epoch: u64, delivery: DeliveryId) -> Option<Item> {
         if epoch != self.epoch {
             return None;
         }
-        let held = self.busy_keys.get_mut(key)?;
-        match held.pop_front() {
-            Some(next) => Some(next),
-            None => {
-                self.busy_keys.remove(key);
-                None
-            }
+        let line = self.busy_keys.get(key)?;
+        if line.front != delivery || line.held {
+            return None;
         }
+        self.pass_key(key)
     }
 
     pub(super) fn next_ready(&mut self, now: Timestamp) -> Next {
@@ -164,15 +259,20 @@ impl Lane {
         Next::Go(item)
     }
 
-    /// Stops the lane (endpoint paused, disabled or removed): everything waiting or held is
-    /// dropped from memory and every queued item of the old epoch becomes stale. Returns how
-    /// many items were dropped here (stale heap entries are counted when they surface).
-    pub(super) fn stop(&mut self) -> usize {
+    /// Stops the lane (endpoint paused, disabled or removed): everything waiting, or waiting
+    /// behind a key, is dropped from memory and every queued item of the old epoch becomes
+    /// stale. A held key stays held (`keep_holds`) unless another node takes the endpoint.
+    /// Returns how many items were dropped here (stale heap entries are counted when they
+    /// surface).
+    pub(super) fn stop(&mut self, keep_holds: bool) -> usize {
         self.epoch += 1;
-        let held: usize = self.busy_keys.values().map(VecDeque::len).sum();
-        let dropped = self.waiting.len() + held;
+        let behind: usize = self.busy_keys.values().map(|l| l.behind.len()).sum();
+        let dropped = self.waiting.len() + behind;
         self.waiting.clear();
-        self.busy_keys.clear();
+        self.busy_keys.retain(|_, line| keep_holds && line.held);
+        for line in self.busy_keys.values_mut() {
+            line.behind.clear();
+        }
         dropped
     }
 }
@@ -289,9 +389,17 @@ mod tests {
         assert!(lane.hold_if_key_busy(item(4, None)).is_some());
         assert!(lane.hold_if_key_busy(item(5, Some("a"))).is_none());
         let key: Arc<str> = Arc::from("a");
-        assert_eq!(lane.release_key(&key, 0).unwrap().id, DeliveryId(2));
-        assert_eq!(lane.release_key(&key, 0).unwrap().id, DeliveryId(5));
-        assert!(lane.release_key(&key, 0).is_none());
+        // Only the key's front releases it.
+        assert!(lane.release_key(&key, 0, DeliveryId(2)).is_none());
+        assert_eq!(
+            lane.release_key(&key, 0, DeliveryId(1)).unwrap().id,
+            DeliveryId(2)
+        );
+        assert_eq!(
+            lane.release_key(&key, 0, DeliveryId(2)).unwrap().id,
+            DeliveryId(5)
+        );
+        assert!(lane.release_key(&key, 0, DeliveryId(5)).is_none());
         // The key is free again.
         assert!(lane.hold_if_key_busy(item(6, Some("a"))).is_some());
     }
@@ -306,8 +414,220 @@ mod tests {
         lane.waiting.push_back(item(1, None));
         assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_some());
         assert!(lane.hold_if_key_busy(item(3, Some("a"))).is_none());
-        assert_eq!(lane.stop(), 2);
+        assert_eq!(lane.stop(true), 2);
         assert_eq!(lane.epoch, 1);
-        assert!(lane.release_key(&Arc::from("a"), 0).is_none());
+        assert!(lane.release_key(&Arc::from("a"), 0, DeliveryId(2)).is_none());
+    }
+
+    #[test]
+    fn a_held_key_stops_its_line_until_released_and_survives_a_pause() {
+        let clock = ManualClock::new(Timestamp::from_millis(0));
+        let cfg = config(
+            "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], ordered: true}\n",
+        );
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock), &Metrics::new());
+        let key: Arc<str> = Arc::from("a");
+        assert!(lane.hold_if_key_busy(item(1, Some("a"))).is_some());
+        assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_none());
+        assert!(
+            !lane.hold_key(&key, 0, DeliveryId(2)),
+            "only the front holds its key"
+        );
+        assert!(lane.hold_key(&key, 0, DeliveryId(1)));
+        // The front's own end no longer moves a held key on.
+        assert!(lane.release_key(&key, 0, DeliveryId(1)).is_none());
+        assert_eq!(lane.front_of("a"), Some((DeliveryId(1), true)));
+        assert_eq!(
+            lane.release_hold(&key, Some(DeliveryId(7))).unwrap_err(),
+            NotHeld::OtherFront(DeliveryId(1))
+        );
+        // A pause drops what waits but keeps the hold.
+        assert_eq!(lane.stop(true), 1);
+        assert!(lane.hold_if_key_busy(item(3, Some("a"))).is_none());
+        assert_eq!(
+            lane.release_hold(&key, Some(DeliveryId(1))).unwrap().unwrap().id,
+            DeliveryId(3)
+        );
+        assert_eq!(lane.release_hold(&key, None).unwrap_err(), NotHeld::NotHeld);
+        assert_eq!(lane.front_of("a"), Some((DeliveryId(3), false)));
+        // Another node taking the endpoint forgets it: that node restores it from the store.
+        lane.restore_hold(Arc::from("b"), DeliveryId(9));
+        assert_eq!(lane.stop(false), 0);
+        assert_eq!(lane.front_of("b"), None);
+    }
+
+    /// What a random run does, one step at a time (indexes are taken modulo what exists).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Arrive(u8),
+        Start(usize),
+        Delivered(usize),
+        FailedRetry(usize),
+        FailedFinal(usize),
+        Skip(u8),
+        Release(u8),
+        RetryHeld(u8),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u8..3).prop_map(Step::Arrive),
+            3 => any::<usize>().prop_map(Step::Start),
+            2 => any::<usize>().prop_map(Step::Delivered),
+            1 => any::<usize>().prop_map(Step::FailedRetry),
+            1 => any::<usize>().prop_map(Step::FailedFinal),
+            1 => (0u8..3).prop_map(Step::Skip),
+            1 => (0u8..3).prop_map(Step::Release),
+            1 => (0u8..3).prop_map(Step::RetryHeld),
+        ]
+    }
+
+    /// A model of the actor over one ordered lane: items ready to start, in flight, and the
+    /// delivered ids per key. Operator actions act only on a front that is not in flight, as
+    /// the actor's do.
+    struct Run {
+        lane: Lane,
+        hold: bool,
+        next_id: i64,
+        ready: Vec<Item>,
+        in_flight: Vec<Item>,
+        delivered: HashMap<Arc<str>, Vec<i64>>,
+    }
+
+    impl Run {
+        fn key(k: u8) -> Arc<str> {
+            Arc::from(format!("k{k}"))
+        }
+
+        fn admit(&mut self, item: Item) {
+            if let Some(item) = self.lane.hold_if_key_busy(item) {
+                self.ready.push(item);
+            }
+        }
+
+        fn pass(&mut self, next: Option<Item>) {
+            self.ready.extend(next);
+        }
+
+        fn apply(&mut self, step: Step) {
+            match step {
+                Step::Arrive(k) => {
+                    self.next_id += 1;
+                    let id = self.next_id;
+                    self.admit(item(id, Some(&*Self::key(k))));
+                }
+                Step::Start(i) if !self.ready.is_empty() => {
+                    let item = self.ready.remove(i % self.ready.len());
+                    let key = item.ordering_key.clone().unwrap();
+                    assert!(
+                        self.in_flight
+                            .iter()
+                            .all(|f| f.ordering_key.as_ref() != Some(&key)),
+                        "two deliveries of {key} at once"
+                    );
+                    self.in_flight.push(item);
+                }
+                Step::Delivered(i) if !self.in_flight.is_empty() => {
+                    let item = self.in_flight.remove(i % self.in_flight.len());
+                    let key = item.ordering_key.clone().unwrap();
+                    let sent = self.delivered.entry(key.clone()).or_default();
+                    assert!(
+                        sent.last().is_none_or(|last| *last < item.id.0),
+                        "{key} out of order: {sent:?} then {}",
+                        item.id.0
+                    );
+                    sent.push(item.id.0);
+                    let next = self.lane.release_key(&key, 0, item.id);
+                    self.pass(next);
+                }
+                Step::FailedRetry(i) if !self.in_flight.is_empty() => {
+                    let item = self.in_flight.remove(i % self.in_flight.len());
+                    self.ready.push(item);
+                }
+                Step::FailedFinal(i) if !self.in_flight.is_empty() => {
+                    let item = self.in_flight.remove(i % self.in_flight.len());
+                    let key = item.ordering_key.clone().unwrap();
+                    if !(self.hold && self.lane.hold_key(&key, 0, item.id)) {
+                        let next = self.lane.release_key(&key, 0, item.id);
+                        self.pass(next);
+                    }
+                }
+                Step::Skip(k) => {
+                    let key = Self::key(k);
+                    let Some((front, held)) = self.lane.front_of(&key) else {
+                        return;
+                    };
+                    if held {
+                        let next = self.lane.release_hold(&key, Some(front)).unwrap();
+                        self.pass(next);
+                    } else if let Some(at) = self.ready.iter().position(|r| r.id == front) {
+                        self.ready.remove(at);
+                        let next = self.lane.release_key(&key, 0, front);
+                        self.pass(next);
+                    }
+                }
+                Step::Release(k) => {
+                    let key = Self::key(k);
+                    if let Ok(next) = self.lane.release_hold(&key, None) {
+                        self.pass(next);
+                    }
+                }
+                Step::RetryHeld(k) => {
+                    let key = Self::key(k);
+                    if let Some((front, true)) = self.lane.front_of(&key) {
+                        self.admit(item(front.0, Some(&*key)));
+                        assert_eq!(self.lane.front_of(&key), Some((front, false)));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Random arrivals, outcomes and operator actions on three keys never start two
+        /// deliveries of one key at once nor deliver a key's events out of order; and once
+        /// everything is delivered or skipped, no key stays busy.
+        #[test]
+        fn a_key_is_never_delivered_out_of_order_or_twice_at_once(
+            steps in proptest::collection::vec(step(), 1..200),
+            hold in proptest::bool::ANY,
+        ) {
+            let clock = ManualClock::new(Timestamp::from_millis(0));
+            let extra = if hold { ", on_final_failure: hold" } else { "" };
+            let cfg = config(&format!(
+                "topics: {{t: {{}}}}\nendpoints:\n  e: {{url: 'http://x.example/', topics: [t], ordered: true{extra}}}\n"
+            ));
+            let mut run = Run {
+                lane: Lane::new("e", &cfg, Arc::new(clock), &Metrics::new()),
+                hold,
+                next_id: 0,
+                ready: Vec::new(),
+                in_flight: Vec::new(),
+                delivered: HashMap::new(),
+            };
+            for s in steps {
+                run.apply(s);
+            }
+            // Drain: deliver everything, releasing holds.
+            for _ in 0..10_000 {
+                if !run.in_flight.is_empty() {
+                    run.apply(Step::Delivered(0));
+                } else if !run.ready.is_empty() {
+                    run.apply(Step::Start(0));
+                } else {
+                    for k in 0..3 {
+                        run.apply(Step::Release(k));
+                    }
+                    if run.ready.is_empty() {
+                        break;
+                    }
+                }
+            }
+            for k in 0..3 {
+                proptest::prop_assert_eq!(run.lane.front_of(&format!("k{k}")), None);
+            }
+        }
     }
 }

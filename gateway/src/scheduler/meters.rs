@@ -16,6 +16,8 @@ pub(super) struct EndpointMetrics {
     attempts: Vec<(&'static str, Counter)>,
     /// By final status.
     deliveries: Vec<(&'static str, Counter)>,
+    /// Ordering keys held, released and skipped.
+    key_events: Vec<(&'static str, Counter)>,
     duration: Histogram,
 }
 
@@ -26,6 +28,7 @@ impl EndpointMetrics {
             registry: registry.clone(),
             attempts: Vec::new(),
             deliveries: Vec::new(),
+            key_events: Vec::new(),
             duration: registry.attempt_duration(endpoint),
         }
     }
@@ -43,6 +46,18 @@ impl EndpointMetrics {
         let (endpoint, registry) = (&self.endpoint, &self.registry);
         counter(&mut self.deliveries, status, || {
             registry.deliveries(endpoint, status)
+        })
+        .increment(1);
+    }
+}
+
+impl EndpointMetrics {
+    /// An ordering key was held (`held`), released (`released`) or its head skipped
+    /// (`skipped`).
+    pub(super) fn key_event(&mut self, event: &'static str) {
+        let (endpoint, registry) = (&self.endpoint, &self.registry);
+        counter(&mut self.key_events, event, || {
+            registry.ordering_key_events(endpoint, event)
         })
         .increment(1);
     }

@@ -18,7 +18,8 @@
 //! attempt tasks), `lifecycle.rs` (the pure decision after an attempt), `health_steps.rs` (health
 //! steps, effects, timers, reconfiguration), `lane.rs` (one endpoint's lane), `held.rs` (the
 //! memory budget for held events), `feeder.rs` (state changes to the store), `meters.rs` (per-endpoint metric handles),
-//! `ownership.rs` (in a cluster: the endpoints this node delivers).
+//! `ownership.rs` (in a cluster: the endpoints this node delivers), `keys.rs` (held ordering keys
+//! and an operator's actions on a key).
 
 mod lane;
 mod meters;
@@ -28,6 +29,7 @@ mod feeder;
 mod handle;
 mod health_steps;
 mod held;
+mod keys;
 mod lifecycle;
 mod ownership;
 
@@ -40,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::actor::Actor;
 use self::handle::Shared;
-pub use self::handle::{Publisher, SchedulerHandle};
+pub use self::handle::{KeyAction, KeyAnswer, KeyHeldPublisher, Publisher, SchedulerHandle};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::store::{Store, StoreError};
@@ -83,6 +85,7 @@ impl Scheduler {
         let (mut actor, feeder) = Actor::new(deps, rx, shared.clone());
         actor.arm_every_health_timer();
         if !clustered {
+            actor.restore_holds(store.held_keys().await?);
             actor.restore(store.pending_deliveries().await?);
         }
         let handle = SchedulerHandle { tx, shared };
@@ -90,8 +93,9 @@ impl Scheduler {
     }
 
     /// Where operator events go; without one, state changes are only recorded.
-    pub fn set_publisher(&mut self, publisher: Publisher) {
+    pub fn set_publisher(&mut self, publisher: Publisher, key_held: KeyHeldPublisher) {
         self.actor.publisher = Some(publisher);
+        self.actor.key_held_publisher = Some(key_held);
     }
 
     /// Runs until `shutdown`, then lets in-flight attempts finish for up to `grace` and

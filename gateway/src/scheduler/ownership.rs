@@ -61,7 +61,8 @@ impl Actor {
         self.arrivals.remove(endpoint);
         self.awaiting.retain(|_, e| e != endpoint);
         self.count_awaiting();
-        let dropped = self.lane(endpoint).stop();
+        // The next owner restores the held keys from the store.
+        let dropped = self.lane(endpoint).stop(false);
         self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
     }
 
@@ -147,7 +148,7 @@ impl Actor {
             .expect("health lock")
             .insert(endpoint.clone(), health.clone());
         if was_receiving && !health.state.receives_events() {
-            let dropped = self.lane(&endpoint).stop();
+            let dropped = self.lane(&endpoint).stop(true);
             self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
         }
         self.arm_health_timer(&endpoint, &health);

@@ -51,6 +51,20 @@ pub enum ClusterNotice {
     Health(Arc<str>),
     /// Another node created, changed or deleted an endpoint through the API.
     Endpoints,
+    /// An operator's action on an ordering key, for the node that delivers its endpoint
+    /// ([`ClusterStore::key_action_request`] reads it).
+    KeyAction(i64),
+}
+
+/// An operator's action on an ordering key, asked of the node that delivers the endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyActionRequest {
+    pub endpoint: Arc<str>,
+    pub key: String,
+    /// `skip`, `retry` or `release`.
+    pub action: String,
+    /// The head it is meant for.
+    pub delivery: Option<DeliveryId>,
 }
 
 /// The notices of other nodes, until the connection that brings them ends (then `next`
@@ -112,6 +126,23 @@ pub trait ClusterStore: Send + Sync {
     async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<(PendingDelivery, Arc<Event>)>>;
 
     async fn health_of(&self, endpoint: &str) -> StoreResult<Option<EndpointHealth>>;
+
+    /// Every held ordering key, for a node taking endpoints over.
+    async fn held_ordering_keys(&self) -> StoreResult<Vec<super::HeldKey>>;
+
+    /// Writes an operator's action for the node that delivers its endpoint and sends its
+    /// notice in the same commit; answers the request's id.
+    async fn request_key_action(&self, request: &KeyActionRequest, now: Timestamp) -> StoreResult<i64>;
+
+    /// A request not answered yet.
+    async fn key_action_request(&self, id: i64) -> StoreResult<Option<KeyActionRequest>>;
+
+    /// The delivering node's answer to a request.
+    async fn answer_key_action(&self, id: i64, answer: &str) -> StoreResult<()>;
+
+    /// The answer to a request once there, which removes the request; with `give_up`, the
+    /// request is removed answered or not.
+    async fn take_key_action_answer(&self, id: i64, give_up: bool) -> StoreResult<Option<String>>;
 
     /// Starts listening for the notices of other nodes.
     async fn listen(&self) -> StoreResult<Notices>;

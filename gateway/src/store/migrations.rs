@@ -157,6 +157,28 @@ const MIGRATIONS: &[&str] = &[
         updated_at     INTEGER NOT NULL
     );
     "#,
+    // 7: ordered delivery an operator can see: a delivery carries its event's ordering key, so
+    // that an endpoint's keys, their heads and what waits behind them are read from indexes
+    // (the failed heads' index holds only pending deliveries already attempted: listing the
+    // blocked keys costs the blocked keys, not the backlog); and the keys an operator must
+    // release, stopped behind a head that finally failed (`on_final_failure: hold`).
+    r#"
+    ALTER TABLE deliveries ADD COLUMN ordering_key TEXT;
+    UPDATE deliveries SET ordering_key =
+        (SELECT e.ordering_key FROM events e WHERE e.seq = deliveries.event_seq)
+        WHERE event_seq IN (SELECT seq FROM events WHERE ordering_key IS NOT NULL);
+    CREATE INDEX deliveries_by_key ON deliveries (endpoint, ordering_key, id)
+        WHERE status = 'pending' AND ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_failed_heads ON deliveries (endpoint, ordering_key)
+        WHERE status = 'pending' AND ordering_key IS NOT NULL AND attempt_count > 0;
+    CREATE TABLE ordering_holds (
+        endpoint      TEXT    NOT NULL,
+        ordering_key  TEXT    NOT NULL,
+        delivery_id   INTEGER NOT NULL,
+        held_at       INTEGER NOT NULL,
+        PRIMARY KEY (endpoint, ordering_key)
+    );
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -12,6 +12,7 @@
 
 mod cluster;
 mod migrations;
+mod ordering;
 mod postgres;
 mod sqlite;
 mod writer;
@@ -21,7 +22,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use cluster::{ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices};
+pub use cluster::{ClusterNotice, ClusterStore, KeyActionRequest, NodeInfo, NodeRow, Notices};
+pub use ordering::{KeyHead, KeyListing, KeyPage, KeyState, OrderingKeyRow};
 pub use postgres::{
     CopyProgress, DEFAULT_MAX_CONNECTIONS as PG_MAX_CONNECTIONS, PgStore, copy_sqlite_to_postgres,
 };
@@ -217,6 +219,28 @@ pub enum StateChange {
         error: String,
         now: Timestamp,
     },
+    /// An ordering key stops behind `delivery`, which finally failed (`on_final_failure:
+    /// hold`), until an operator releases it. A key already held stays held as it was.
+    Hold {
+        endpoint: Arc<str>,
+        key: String,
+        delivery: DeliveryId,
+        at: Timestamp,
+    },
+    /// The key held behind `delivery` moves on (only if it is still held behind that one).
+    Release {
+        endpoint: Arc<str>,
+        key: String,
+        delivery: DeliveryId,
+    },
+}
+
+/// A key held behind its failed head, as the scheduler restores it at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldKey {
+    pub endpoint: Arc<str>,
+    pub key: String,
+    pub delivery: DeliveryId,
 }
 
 /// An endpoint health input to apply (see [`StateChange::Health`]).
@@ -510,6 +534,21 @@ pub trait Store: Send + Sync + 'static {
     async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>>;
 
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>>;
+
+    /// An endpoint's ordering keys of `listing`, in key order after `after`: each with its
+    /// head, what waits behind it and since when. At most `limit` keys are looked at (a page
+    /// may hold fewer: a failed head with nothing behind it is not blocked).
+    async fn ordering_keys(
+        &self,
+        endpoint: &str,
+        listing: KeyListing,
+        after: Option<String>,
+        limit: u32,
+    ) -> StoreResult<KeyPage>;
+
+    /// Every held ordering key, for the scheduler to keep stopped after a start.
+    async fn held_keys(&self) -> StoreResult<Vec<HeldKey>>;
+
     async fn deliveries(&self, filter: DeliveryFilter) -> StoreResult<Vec<DeliveryRow>>;
     async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<(DeliveryRow, Vec<AttemptRow>)>>;
     /// How many deliveries of `endpoint` with ids in `[from, to]` are in each status.

@@ -1,6 +1,8 @@
 //! The SQLite store: WAL, `synchronous=FULL`, one writer thread with group commit, a small
 //! pool of read connections.
 
+mod ordering;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -391,17 +393,27 @@ fn insert_event(conn: &Connection, event: &Event) -> StoreResult<i64> {
     Ok(conn.last_insert_rowid())
 }
 
+/// A new pending delivery of the event at `event_seq`. It carries the event's ordering key, so
+/// that an endpoint's keys can be listed from the deliveries' own index.
 fn insert_delivery(
     conn: &Connection,
     event_seq: i64,
+    event: &Event,
     target: &Target,
     now: Timestamp,
 ) -> StoreResult<DeliveryId> {
     conn.prepare_cached(
-        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at, round_started_at, tenant)
-         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3, ?3, ?4)",
+        "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at, updated_at,
+             round_started_at, tenant, ordering_key)
+         VALUES (?1, ?2, 'pending', 1, 0, ?3, ?3, ?3, ?3, ?4, ?5)",
     )?
-    .execute(params![event_seq, &*target.endpoint, now.as_millis(), target.tenant.as_deref()])?;
+    .execute(params![
+        event_seq,
+        &*target.endpoint,
+        now.as_millis(),
+        target.tenant.as_deref(),
+        event.ordering_key
+    ])?;
     Ok(DeliveryId(conn.last_insert_rowid()))
 }
 
@@ -602,7 +614,7 @@ impl Store for SqliteStore {
             for item in &batch.items {
                 let seq = insert_event(conn, &item.event)?;
                 for target in &item.endpoints {
-                    let id = insert_delivery(conn, seq, target, batch.now)?;
+                    let id = insert_delivery(conn, seq, &item.event, target, batch.now)?;
                     ready.push(ReadyDelivery {
                         id,
                         endpoint: target.endpoint.clone(),
@@ -653,6 +665,17 @@ impl Store for SqliteStore {
                         )?
                         .execute(params![delivery.0, status.as_str(), error, now.as_millis()])?;
                     }
+                    StateChange::Hold {
+                        endpoint,
+                        key,
+                        delivery,
+                        at,
+                    } => ordering::hold(conn, endpoint, key, *delivery, *at)?,
+                    StateChange::Release {
+                        endpoint,
+                        key,
+                        delivery,
+                    } => ordering::release(conn, endpoint, key, *delivery)?,
                 }
             }
             Ok(applied)
@@ -714,7 +737,7 @@ impl Store for SqliteStore {
                     .optional()?;
                 // An event purged since the window was read is simply not replayed.
                 let Some(seq) = seq else { continue };
-                let id = insert_delivery(conn, seq, &target, now)?;
+                let id = insert_delivery(conn, seq, &event, &target, now)?;
                 ready.push(ReadyDelivery {
                     id,
                     endpoint: target.endpoint.clone(),
@@ -814,6 +837,22 @@ impl Store for SqliteStore {
             Ok(out)
         })
         .await
+    }
+
+    async fn ordering_keys(
+        &self,
+        endpoint: &str,
+        listing: KeyListing,
+        after: Option<String>,
+        limit: u32,
+    ) -> StoreResult<KeyPage> {
+        let endpoint = endpoint.to_owned();
+        self.read(move |conn| ordering::ordering_keys(conn, &endpoint, listing, after, limit))
+            .await
+    }
+
+    async fn held_keys(&self) -> StoreResult<Vec<HeldKey>> {
+        self.read(ordering::held_keys).await
     }
 
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>> {
@@ -1564,6 +1603,13 @@ mod tests {
         crate::store::svix_contract::applications(&store).await;
         crate::store::svix_contract::event_types(&store).await;
         crate::store::svix_contract::tenant_events_and_attempts(&store).await;
+    }
+
+    #[tokio::test]
+    async fn ordering_keys_show_their_heads_what_waits_and_the_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
+        crate::store::ordering::contract::ordering_keys(&store).await;
     }
 
     /// A due delivery's read keeps its plan: run with new ids it is neither re-prepared (see

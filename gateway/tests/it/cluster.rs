@@ -834,3 +834,134 @@ async fn a_killed_node_reads_lapsed_and_a_stopped_one_left() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Ordered delivery steered through any node: the blocked key shows the same on every node,
+/// and `retry`, `skip` and `release` sent to each node in turn take effect on the node that
+/// delivers the endpoint, whichever that is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_keys_are_seen_and_steered_through_every_node() {
+    let sink = Sink::start().await;
+    sink.rule(|body| {
+        let v: Value = serde_json::from_slice(body).ok()?;
+        (v["n"] == 1).then(|| Reply::status(503))
+    });
+    let endpoints = format!(
+        "  e:\n    url: {}\n    topics: [t]\n    types: [x]\n    ordered: true\n    dead_letter: true\n    policy: slow\n  h:\n    url: {}\n    topics: [t]\n    types: [held]\n    ordered: true\n    dead_letter: true\n    on_final_failure: hold\n    policy: once\n",
+        sink.url("/e"),
+        sink.url("/h")
+    );
+    let policies =
+        "policies:\n  slow:\n    schedule: [0s, 1h, 1h]\n    jitter: 0\n  once:\n    schedule: [0s]\n";
+    let Some(cluster) = Cluster::start(policies, &endpoints, &[]).await else {
+        return;
+    };
+    cluster.wait_settled(2).await;
+    let at = |path: &'static str| -> Vec<i64> {
+        sink.received()
+            .iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.json()["n"].as_i64().unwrap())
+            .collect()
+    };
+    let action = |i: usize, path: String, body: Value| {
+        let url = format!("{}{path}", cluster.nodes[i].base);
+        let http = cluster.http.clone();
+        async move {
+            let r = http.post(url).json(&body).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    for n in 1..=3 {
+        assert!(
+            cluster
+                .post(
+                    n % 3,
+                    json!({"type": "x", "payload": {"n": n}, "ordering_key": "a"})
+                )
+                .await
+        );
+    }
+    cluster
+        .wait_on_every_node(
+            "showed key a blocked",
+            "/v1/endpoints/e/ordering-keys?state=blocked",
+            |l| l["keys"][0]["state"] == "blocked" && l["keys"][0]["waiting"] == 2,
+        )
+        .await;
+    // Retry through one node, skip through another.
+    let (status, answer) = action(1, "/v1/endpoints/e/ordering-keys/a/retry".into(), json!({})).await;
+    assert_eq!(
+        (status, &answer["applied"]),
+        (200, &json!(true)),
+        "{answer}\n{}",
+        cluster.problems()
+    );
+    cluster
+        .wait_on_every_node(
+            "saw the retry",
+            "/v1/endpoints/e/ordering-keys?state=blocked",
+            |l| l["keys"][0]["head"]["attempt_count"] == 2,
+        )
+        .await;
+    let listed = cluster
+        .get(2, "/v1/endpoints/e/ordering-keys?state=blocked")
+        .await;
+    let head = listed["keys"][0]["head"]["delivery_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, answer) = action(
+        2,
+        "/v1/endpoints/e/ordering-keys/a/skip".into(),
+        json!({"delivery_id": head}),
+    )
+    .await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    let deadline = Instant::now() + WAIT;
+    while at("/e") != [1, 1, 2, 3] {
+        assert!(Instant::now() < deadline, "key a sent {:?}", at("/e"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The same skip again, through a third node: nothing more happens.
+    let (status, answer) = action(
+        0,
+        "/v1/endpoints/e/ordering-keys/a/skip".into(),
+        json!({"delivery_id": head}),
+    )
+    .await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(false)), "{answer}");
+
+    // Held past the final failure, released through each node in turn until one applies it.
+    for n in 1..=2 {
+        assert!(
+            cluster
+                .post(
+                    n % 3,
+                    json!({"type": "held", "payload": {"n": n}, "ordering_key": "k"})
+                )
+                .await
+        );
+    }
+    cluster
+        .wait_on_every_node(
+            "showed key k held",
+            "/v1/endpoints/h/ordering-keys?state=blocked",
+            |l| l["keys"][0]["state"] == "held" && l["keys"][0]["waiting"] == 1,
+        )
+        .await;
+    assert_eq!(at("/h"), [1]);
+    let (status, answer) = action(1, "/v1/endpoints/h/ordering-keys/k/release".into(), json!({})).await;
+    assert_eq!((status, &answer["applied"]), (200, &json!(true)), "{answer}");
+    let deadline = Instant::now() + WAIT;
+    while at("/h") != [1, 2] {
+        assert!(Instant::now() < deadline, "key k sent {:?}", at("/h"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster
+        .wait_on_every_node("showed no key", "/v1/endpoints/h/ordering-keys?state=all", |l| {
+            l["keys"].as_array().is_some_and(|k| k.is_empty())
+        })
+        .await;
+    assert!(!cluster.problems().contains("ERROR"), "{}", cluster.problems());
+}

@@ -466,3 +466,51 @@ async fn counts_policies_and_a_refused_reload_read_right() {
     assert!(!browser.page_text().await.contains("not what runs"));
     browser.close().await;
 }
+
+/// An ordered endpoint's Ordering tab: the blocked key first with its head's error and the
+/// receiver's answer, a skip from its button, and the overview's count of blocked keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ordering_tab_shows_a_blocked_key_and_skips_its_head() {
+    let Some(browser) = browser().await else { return };
+    let sink = Sink::start().await;
+    sink.rule(|body| {
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        (v["n"] == 1).then(|| Reply::status(503).with_body("ledger locked"))
+    });
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{ADMIN}]\npolicies:\n  slow:\n    schedule: [0s, 1h]\ntopics:\n  t: {{}}\n\
+         endpoints:\n  ledger:\n    url: {}\n    topics: [t]\n    policy: slow\n    ordered: true\n    dead_letter: true\n",
+        sink.url("/ledger")
+    ))
+    .await;
+    for n in 1..=3 {
+        let body = json!({"type": "entry", "payload": {"n": n}, "ordering_key": "acct-42"});
+        let (status, answer) = gw.post("/v1/topics/t/events", body).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    sink.wait_for(1, WAIT).await;
+    gw.settle().await;
+
+    sign_in(&browser, &gw, ADMIN).await;
+    browser.wait_for_text("ordering keys blocked").await;
+    browser
+        .goto(&format!("{}/console/#/endpoints/ledger", gw.base))
+        .await;
+    browser.click("#ordering-tab").await;
+    browser.wait_for_text("Blocked and held keys (1)").await;
+    browser.wait_for_text("acct-42").await;
+    browser.wait_for_text("ledger locked").await;
+    browser.assert_readable().await;
+    browser.screenshot("ordering").await;
+    browser.click("button[data-action=skip]").await;
+    browser.wait_for_text("skip done on").await;
+    browser.wait_for_text("No key is blocked").await;
+    sink.wait_for(3, WAIT).await;
+    let sent: Vec<i64> = sink
+        .received()
+        .iter()
+        .map(|r| r.json()["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(sent, [1, 2, 3]);
+    browser.close().await;
+}

@@ -35,6 +35,7 @@ mod metrics;
 mod ops;
 mod ops_cli;
 mod ordering;
+mod ordering_keys;
 mod outbound_auth;
 mod outbound_tls;
 mod overview;

@@ -81,6 +81,8 @@ struct SinkState {
     /// Replies to use in order; when empty, `default` answers.
     script: Mutex<VecDeque<Reply>>,
     default: Mutex<Option<Reply>>,
+    /// Answers by the request's body before the script, when it answers at all.
+    rule: Mutex<Option<ReplyRule>>,
     notify: Notify,
     /// TCP connections accepted so far.
     connections: AtomicUsize,
@@ -88,6 +90,9 @@ struct SinkState {
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
 }
+
+/// A reply chosen by the request's body (None: the script or the default answers).
+pub type ReplyRule = Arc<dyn Fn(&[u8]) -> Option<Reply> + Send + Sync>;
 
 /// Counts a request as in flight until it is answered or its client hangs up.
 struct InFlight<'a>(&'a SinkState);
@@ -121,11 +126,15 @@ async fn sink_handler(
     body: Bytes,
 ) -> Response {
     let _in_flight = InFlight::enter(&state);
-    let reply = {
-        let scripted = state.script.lock().unwrap().pop_front();
-        scripted
-            .or_else(|| state.default.lock().unwrap().clone())
-            .unwrap_or_else(|| Reply::status(200))
+    let ruled = state.rule.lock().unwrap().as_ref().and_then(|rule| rule(&body));
+    let reply = match ruled {
+        Some(reply) => reply,
+        None => {
+            let scripted = state.script.lock().unwrap().pop_front();
+            scripted
+                .or_else(|| state.default.lock().unwrap().clone())
+                .unwrap_or_else(|| Reply::status(200))
+        }
     };
     state.received.lock().unwrap().push(Received {
         path: uri.path().to_owned(),
@@ -177,6 +186,11 @@ impl Sink {
     /// Answer the next requests with these replies, in order.
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
         self.state.script.lock().unwrap().extend(replies);
+    }
+
+    /// Answer the requests whose body `rule` picks by its reply, before the script.
+    pub fn rule(&self, rule: impl Fn(&[u8]) -> Option<Reply> + Send + Sync + 'static) {
+        *self.state.rule.lock().unwrap() = Some(Arc::new(rule));
     }
 
     /// Answer every request (after the script) with this reply.

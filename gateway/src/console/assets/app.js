@@ -6,6 +6,7 @@ import { signinView } from './views/signin.js';
 import { overviewView } from './views/overview.js';
 import { endpointsView, endpointFormView } from './views/endpoints.js';
 import { endpointView } from './views/endpoint.js';
+import { orderingView } from './views/ordering.js';
 import { deliveriesView, deliveryView } from './views/deliveries.js';
 import { policiesView, pluginsView } from './views/catalog.js';
 import { eventTypesView } from './views/event_types.js';
@@ -31,6 +32,7 @@ const ROUTES = [
   [/^endpoints$/, () => endpointsView],
   [/^endpoints\/new$/, () => endpointFormView],
   [/^endpoints\/([^/]+)\/edit$/, () => endpointFormView],
+  [/^endpoints\/([^/]+)\/ordering$/, () => orderingView],
   [/^endpoints\/([^/]+)$/, () => endpointView],
   [/^deliveries$/, () => deliveriesView],
   [/^deliveries\/([^/]+)$/, () => deliveryView],

@@ -20,7 +20,8 @@ use super::{
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, DeliveryStatus, Event, Timestamp};
 use crate::store::{
-    ClusterNotice, ClusterStore, NodeInfo, NodeRow, Notices, PendingDelivery, StoreError, StoreResult,
+    ClusterNotice, ClusterStore, KeyActionRequest, NodeInfo, NodeRow, Notices, PendingDelivery, StoreError,
+    StoreResult,
 };
 
 /// The database's clock in milliseconds since the epoch: leases and liveness are judged by one
@@ -110,6 +111,7 @@ fn parse_notice(own_node: &str, payload: &str) -> Option<ClusterNotice> {
         }
         "h" if !own => Some(ClusterNotice::Health(Arc::from(rest))),
         "c" if !own => Some(ClusterNotice::Endpoints),
+        "k" => rest.parse().ok().map(ClusterNotice::KeyAction),
         _ => None,
     }
 }
@@ -345,6 +347,73 @@ impl ClusterStore for PgStore {
         )
         .await?;
         rows.first().map(|r| health_from_row(r, 0)).transpose()
+    }
+
+    async fn held_ordering_keys(&self) -> StoreResult<Vec<crate::store::HeldKey>> {
+        let conn = self.conn().await?;
+        super::ordering::held_keys(&conn).await
+    }
+
+    async fn request_key_action(&self, request: &KeyActionRequest, now: Timestamp) -> StoreResult<i64> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let row = query(
+            &tx,
+            "INSERT INTO ordering_actions (endpoint, ordering_key, action, delivery_id, requested_at)
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            &[
+                &&*request.endpoint,
+                &request.key,
+                &request.action,
+                &request.delivery.map(|d| d.0),
+                &now.as_millis(),
+            ],
+        )
+        .await?;
+        let id: i64 = row[0].get(0);
+        // Every node hears it, the asker too: whichever delivers the endpoint acts.
+        self.notify(&tx, &format!("{}|k|{id}", self.node_id)).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn key_action_request(&self, id: i64) -> StoreResult<Option<KeyActionRequest>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT endpoint, ordering_key, action, delivery_id FROM ordering_actions
+             WHERE id = $1 AND answer IS NULL",
+            &[&id],
+        )
+        .await?;
+        Ok(rows.first().map(|r| KeyActionRequest {
+            endpoint: Arc::from(r.get::<_, String>(0)),
+            key: r.get(1),
+            action: r.get(2),
+            delivery: r.get::<_, Option<i64>>(3).map(DeliveryId),
+        }))
+    }
+
+    async fn answer_key_action(&self, id: i64, answer: &str) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        execute(
+            &conn,
+            "UPDATE ordering_actions SET answer = $2 WHERE id = $1 AND answer IS NULL",
+            &[&id, &answer],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn take_key_action_answer(&self, id: i64, give_up: bool) -> StoreResult<Option<String>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "DELETE FROM ordering_actions WHERE id = $1 AND (answer IS NOT NULL OR $2) RETURNING answer",
+            &[&id, &give_up],
+        )
+        .await?;
+        Ok(rows.first().and_then(|r| r.get(0)))
     }
 
     async fn listen(&self) -> StoreResult<Notices> {

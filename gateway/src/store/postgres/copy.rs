@@ -53,6 +53,7 @@ const TABLES: &[Table] = &[
             "updated_at",
             "round_started_at",
             "tenant",
+            "ordering_key",
         ],
         serial: Some("id"),
     },
@@ -138,6 +139,11 @@ const TABLES: &[Table] = &[
             "created_at",
             "updated_at",
         ],
+        serial: None,
+    },
+    Table {
+        name: "ordering_holds",
+        columns: &["endpoint", "ordering_key", "delivery_id", "held_at"],
         serial: None,
     },
 ];

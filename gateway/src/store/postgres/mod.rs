@@ -14,6 +14,7 @@
 mod cluster;
 mod copy;
 mod group;
+mod ordering;
 mod schema;
 
 pub use copy::{CopyProgress, copy_sqlite_to_postgres};
@@ -465,7 +466,7 @@ async fn insert_batches<C: GenericClient>(
             let seq = *seqs.next().expect("one key per event");
             for target in &item.endpoints {
                 let id = ids.next().expect("one key per delivery");
-                columns.push(id, seq, target, batch.now);
+                columns.push(id, seq, &item.event, target, batch.now);
                 ready_ones.push(ready(
                     DeliveryId(id),
                     target.endpoint.clone(),
@@ -485,11 +486,11 @@ async fn insert_deliveries<C: GenericClient>(c: &C, rows: &DeliveryColumns<'_>) 
     execute(
         c,
         "INSERT INTO deliveries (id, event_seq, endpoint, status, round, attempt_count, next_attempt_at, created_at,
-             updated_at, round_started_at, tenant)
-         SELECT u.id, u.seq, u.endpoint, 'pending', 1, 0, u.now, u.now, u.now, u.now, u.tenant
-         FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])
-             AS u(id, seq, endpoint, now, tenant)",
-        &[&rows.ids, &rows.seqs, &rows.endpoints, &rows.nows, &rows.tenants],
+             updated_at, round_started_at, tenant, ordering_key)
+         SELECT u.id, u.seq, u.endpoint, 'pending', 1, 0, u.now, u.now, u.now, u.now, u.tenant, u.ordering_key
+         FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[])
+             AS u(id, seq, endpoint, now, tenant, ordering_key)",
+        &[&rows.ids, &rows.seqs, &rows.endpoints, &rows.nows, &rows.tenants, &rows.ordering_keys],
     )
     .await?;
     Ok(())
@@ -587,10 +588,13 @@ struct DeliveryColumns<'a> {
     endpoints: Vec<&'a str>,
     nows: Vec<i64>,
     tenants: Vec<Option<&'a str>>,
+    /// The event's ordering key, kept on the delivery for the ordering index.
+    ordering_keys: Vec<Option<&'a str>>,
 }
 
 impl<'a> DeliveryColumns<'a> {
-    fn push(&mut self, id: i64, seq: i64, target: &'a Target, now: Timestamp) {
+    fn push(&mut self, id: i64, seq: i64, event: &'a Event, target: &'a Target, now: Timestamp) {
+        self.ordering_keys.push(event.ordering_key.as_deref());
         self.ids.push(id);
         self.seqs.push(seq);
         self.endpoints.push(&target.endpoint);
@@ -803,6 +807,17 @@ async fn apply_change<C: GenericClient>(
             )
             .await?;
         }
+        StateChange::Hold {
+            endpoint,
+            key,
+            delivery,
+            at,
+        } => ordering::hold(c, endpoint, key, *delivery, *at).await?,
+        StateChange::Release {
+            endpoint,
+            key,
+            delivery,
+        } => ordering::release(c, endpoint, key, *delivery).await?,
     }
     Ok(())
 }
@@ -955,7 +970,7 @@ impl Store for PgStore {
         let mut columns = DeliveryColumns::default();
         let mut out = Vec::with_capacity(kept.len());
         for ((event, seq), id) in kept.iter().zip(ids) {
-            columns.push(id, *seq, &target, now);
+            columns.push(id, *seq, event, &target, now);
             out.push(ready(DeliveryId(id), target.endpoint.clone(), event.clone(), now));
         }
         insert_deliveries(&tx, &columns).await?;
@@ -1038,6 +1053,22 @@ impl Store for PgStore {
                 return Ok(out);
             }
         }
+    }
+
+    async fn ordering_keys(
+        &self,
+        endpoint: &str,
+        listing: KeyListing,
+        after: Option<String>,
+        limit: u32,
+    ) -> StoreResult<KeyPage> {
+        let conn = self.conn().await?;
+        ordering::ordering_keys(&conn, endpoint, listing, after, limit).await
+    }
+
+    async fn held_keys(&self) -> StoreResult<Vec<HeldKey>> {
+        let conn = self.conn().await?;
+        ordering::held_keys(&conn).await
     }
 
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>> {

@@ -168,6 +168,36 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE nodes ADD COLUMN left_at BIGINT;
     "#,
+    // 8: ordered delivery an operator can see (as the SQLite store's migration 7): a delivery
+    // carries its event's ordering key, indexes for an endpoint's keys and its failed heads,
+    // and the keys held behind a head that finally failed; and an operator's actions on a key
+    // on their way from the node that took the call to the node that delivers the endpoint
+    // (a row lives until its asker has read the answer).
+    r#"
+    ALTER TABLE deliveries ADD COLUMN ordering_key TEXT;
+    UPDATE deliveries d SET ordering_key = e.ordering_key
+        FROM events e WHERE e.seq = d.event_seq AND e.ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_by_key ON deliveries (endpoint, ordering_key, id)
+        WHERE status = 'pending' AND ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_failed_heads ON deliveries (endpoint, ordering_key)
+        WHERE status = 'pending' AND ordering_key IS NOT NULL AND attempt_count > 0;
+    CREATE TABLE ordering_holds (
+        endpoint      TEXT   NOT NULL,
+        ordering_key  TEXT   NOT NULL,
+        delivery_id   BIGINT NOT NULL,
+        held_at       BIGINT NOT NULL,
+        PRIMARY KEY (endpoint, ordering_key)
+    );
+    CREATE TABLE ordering_actions (
+        id            BIGSERIAL PRIMARY KEY,
+        endpoint      TEXT   NOT NULL,
+        ordering_key  TEXT   NOT NULL,
+        action        TEXT   NOT NULL,
+        delivery_id   BIGINT,
+        requested_at  BIGINT NOT NULL,
+        answer        TEXT
+    );
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -129,6 +129,65 @@ async fn the_svix_api_s_rows_are_kept_as_the_contract_says() {
     crate::store::svix_contract::tenant_events_and_attempts(&store).await;
 }
 
+#[tokio::test]
+async fn ordering_keys_show_their_heads_what_waits_and_the_holds() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    crate::store::ordering::contract::ordering_keys(&store).await;
+}
+
+/// The blocked listing reads the failed heads' index, never the endpoint's whole backlog: with
+/// 200 000 pending deliveries on 200 keys, each behind a failed head, the planner searches
+/// `deliveries_failed_heads` for the keys and `deliveries_by_key` for each key's head and count.
+#[tokio::test]
+async fn listing_blocked_keys_uses_the_failed_heads_index() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let conn = store.conn().await.unwrap();
+    conn.batch_execute(
+        "INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at)
+             VALUES (1, 'e1', 't', 'x', 'application/json', '\\x7b7d', 'k', 0);
+         INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
+             round_started_at, ordering_key)
+         SELECT 1, 'e', 'pending', 1, CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, i, i, i, 'k' || ((i - 1) / 1000)
+         FROM generate_series(1, 200000) AS i;
+         ANALYZE deliveries;",
+    )
+    .await
+    .unwrap();
+    let plan = |sql: String| {
+        let conn = &conn;
+        async move {
+            let rows = conn.query(&format!("EXPLAIN {sql}"), &[]).await.unwrap();
+            rows.iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    let blocked = plan(
+        "SELECT DISTINCT ordering_key FROM deliveries WHERE endpoint = 'e' AND status = 'pending'
+             AND ordering_key IS NOT NULL AND attempt_count > 0 AND ordering_key > '' ORDER BY 1 LIMIT 100"
+            .into(),
+    )
+    .await;
+    assert!(blocked.contains("deliveries_failed_heads"), "{blocked}");
+    assert!(!blocked.contains("Seq Scan"), "{blocked}");
+    let head = plan(
+        "SELECT d.id FROM deliveries d WHERE d.endpoint = 'e' AND d.ordering_key = 'k7'
+             AND d.status = 'pending' ORDER BY d.id LIMIT 2"
+            .into(),
+    )
+    .await;
+    assert!(head.contains("deliveries_by_key"), "{head}");
+    let page = store
+        .ordering_keys("e", KeyListing::Blocked, None, 500)
+        .await
+        .unwrap();
+    assert_eq!(page.keys.len(), 200);
+    assert_eq!(page.keys.iter().map(|k| k.waiting).sum::<u64>(), 200_000 - 200);
+}
+
 /// Two nodes on one schema: an endpoint's lease is held by one of them at a time, passes on
 /// when it is given back or lapses, and each node's notices reach the other but not itself.
 #[tokio::test]

@@ -68,6 +68,9 @@ export async function endpointView(main, { args, refresh }) {
 
   render(main,
     h('h1', {}, ep.name, ' ', badge(ep.state)),
+    ep.ordered ? h('nav', { class: 'tabs' },
+      h('a', { href: `#/endpoints/${seg(name)}`, 'aria-current': 'page' }, 'Endpoint'),
+      h('a', { href: `#/endpoints/${seg(name)}/ordering`, id: 'ordering-tab' }, 'Ordering')) : null,
     ep.description ? h('p', { class: 'muted' }, ep.description) : null,
     ep.problems.map((p) => notice(p, 'error')),
     h('div', { class: 'actions' }, actions.filter((a) => a.tagName !== 'FORM')),
@@ -95,7 +98,7 @@ function settings(ep) {
     ['Failing since', ago(ep.failing_since)],
     ['Last success', ago(ep.last_success_at)],
     ['Signature', `${ep.signature} (${ep.signing_secrets} signing secret${ep.signing_secrets === 1 ? '' : 's'})`],
-    ['Ordered', ep.ordered ? 'yes' : 'no'],
+    ['Ordered', ep.ordered ? `yes (a key whose head finally fails: ${ep.on_final_failure})` : 'no'],
     ['Dead letters', ep.dead_letter ? 'kept for redrive' : 'no'],
   ];
   if (ep.previous_secret_until) rows.push(['Previous secret signs until', ago(ep.previous_secret_until)]);
