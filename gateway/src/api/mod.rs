@@ -6,6 +6,7 @@
 
 mod auth;
 mod deliveries;
+mod endpoint_filter;
 mod endpoints;
 mod error;
 mod event_types;
@@ -98,6 +99,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(events::router())
         .merge(deliveries::router())
         .merge(endpoints::router())
+        .merge(endpoint_filter::router())
         .merge(plugins::router())
         .merge(policies::router())
         .merge(topics::router())
