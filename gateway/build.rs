@@ -81,12 +81,11 @@ fn embed_bundled_plugins() {
 
 fn component(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
-    let path = path.canonicalize().unwrap_or_else(|_| {
+    path.canonicalize().unwrap_or_else(|_| {
         panic!(
             "the bundled-plugins feature needs {} (build it with `cargo build --release` in plugins/, \
              or point HOOKGATE_BUNDLED_PLUGINS at the folder holding it)",
             path.display()
         )
-    });
-    path
+    })
 }
