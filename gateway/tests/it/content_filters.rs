@@ -113,6 +113,25 @@ endpoints:
         json!({"payload.amount": {"$gte": 100}}),
         "the filter reads back as written"
     );
+
+    // A replay of the whole window sends `big` again only what its filter lets through.
+    let since = hookgate::model::Timestamp::from_millis(gw.now().as_millis() - 60_000);
+    let response = gw
+        .post_builder("/v1/endpoints/big/replay")
+        .header("idempotency-key", "filters")
+        .json(&json!({"since": since.to_rfc3339()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 202);
+    let replayed: Value = response.json().await.unwrap();
+    assert_eq!(replayed["queued"], 2, "{replayed}");
+    let again = big.wait_for(4, WAIT).await;
+    let resent: BTreeSet<String> = again[2..]
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(resent, expect(&[1, 4]));
 }
 
 #[tokio::test]
