@@ -123,7 +123,8 @@ impl EndpointAdmin {
         })
     }
 
-    /// Applies a JSON merge patch (RFC 7396) to an endpoint's keys.
+    /// Applies a JSON merge patch (RFC 7396) to an endpoint's keys; `filter` is replaced
+    /// whole.
     pub async fn update(
         &self,
         name: &str,
@@ -139,6 +140,13 @@ impl EndpointAdmin {
         }
         let mut spec = Value::Object(spec_of(&row)?);
         let tenant_before = row.tenant.clone();
+        // A content filter is one document: a new one replaces the old whole, since merging
+        // two filters key by key would make a third that neither meant.
+        if patch.get("filter").is_some_and(|f| !f.is_null())
+            && let Value::Object(keys) = &mut spec
+        {
+            keys.remove("filter");
+        }
         merge_patch(
             &mut spec,
             Value::Object(patch.into_iter().filter(|(k, _)| k != "name").collect()),

@@ -5,6 +5,7 @@
 //! same commit as its events: [`Ingestor::prepare`] decides ids and fan-out (and so the answer),
 //! [`Ingestor::commit`] writes and schedules.
 
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
 use crate::config::Config;
+use crate::filter;
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, Event, EventLabels, EventTrace, Timestamp};
 use crate::scheduler::SchedulerHandle;
@@ -80,44 +82,59 @@ pub fn new_event_id() -> String {
 
 impl Ingestor {
     /// Gives each event its id, receipt time and trace, and picks its endpoints: subscribed to
-    /// the topic, matching the type filter, of the event's tenant or of none, and neither paused
-    /// nor disabled. `trace` is the ingestion request's span; without one (operator events) each
-    /// event starts a trace.
+    /// the topic, matching the type filter, of the event's tenant or of none, neither paused
+    /// nor disabled, and passed by their content filter. `trace` is the ingestion request's
+    /// span; without one (operator events) each event starts a trace.
     pub fn prepare(&self, events: Vec<NewEvent>, trace: Option<EventTrace>) -> Prepared {
         let config = self.config.load();
         let now = self.clock.now();
         let items = events
             .into_iter()
             .map(|e| {
-                let endpoints = config
-                    .subscribers(&e.topic, &e.event_type, e.tenant.as_deref(), &e.labels.channels)
-                    .filter(|ep| self.scheduler.receives_events(&ep.name))
-                    .map(|ep| Target {
-                        endpoint: ep.name.clone(),
-                        tenant: ep.tenant.clone(),
-                    })
-                    .collect();
+                let event = Event {
+                    id: e.id.unwrap_or_else(new_event_id),
+                    topic: e.topic,
+                    event_type: e.event_type,
+                    content_type: e.content_type,
+                    payload: e.payload,
+                    ordering_key: e.ordering_key,
+                    received_at: now,
+                    tenant: e.tenant,
+                    trace: Some(trace.unwrap_or_else(|| EventTrace {
+                        trace_id: crate::traces::new_trace_id(),
+                        span_id: None,
+                    })),
+                    labels: e.labels,
+                };
+                let endpoints = self.fan_out(&config, &event);
                 IngestItem {
-                    event: Arc::new(Event {
-                        id: e.id.unwrap_or_else(new_event_id),
-                        topic: e.topic,
-                        event_type: e.event_type,
-                        content_type: e.content_type,
-                        payload: e.payload,
-                        ordering_key: e.ordering_key,
-                        received_at: now,
-                        tenant: e.tenant,
-                        trace: Some(trace.unwrap_or_else(|| EventTrace {
-                            trace_id: crate::traces::new_trace_id(),
-                            span_id: None,
-                        })),
-                        labels: e.labels,
-                    }),
+                    event: Arc::new(event),
                     endpoints,
                 }
             })
             .collect();
         Prepared { items, now }
+    }
+
+    /// The endpoints an event goes to. The view that content filters read is built at most
+    /// once per event, and only when an endpoint it reaches has a filter: an event none of
+    /// whose endpoints filters is never parsed.
+    fn fan_out(&self, config: &Config, event: &Event) -> Vec<Target> {
+        let view = OnceCell::new();
+        config
+            .subscribers(
+                &event.topic,
+                &event.event_type,
+                event.tenant.as_deref(),
+                &event.labels.channels,
+            )
+            .filter(|ep| self.scheduler.receives_events(&ep.name))
+            .filter(|ep| ep.passes_filter(|| view.get_or_init(|| filter::input(event))))
+            .map(|ep| Target {
+                endpoint: ep.name.clone(),
+                tenant: ep.tenant.clone(),
+            })
+            .collect()
     }
 
     /// Writes the events, their deliveries and the idempotency record in one durable commit,

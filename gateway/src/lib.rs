@@ -16,6 +16,7 @@ pub mod delivery;
 pub mod endpoint_admin;
 pub mod event_types;
 pub mod fence;
+pub mod filter;
 pub mod health;
 pub mod ingest;
 pub mod model;

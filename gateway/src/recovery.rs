@@ -24,7 +24,7 @@ use crate::store::{
 };
 
 /// The events of `endpoint`'s topics in a time window that it would receive: its type filter,
-/// its tenant and its channels.
+/// its tenant, its channels and its content filter.
 fn replay_window(endpoint: &EndpointConfig) -> impl Fn(Timestamp, Timestamp) -> ReplayWindow + use<> {
     let ep = endpoint.clone();
     let topics = endpoint.topics.clone();
@@ -32,6 +32,10 @@ fn replay_window(endpoint: &EndpointConfig) -> impl Fn(Timestamp, Timestamp) -> 
         ep.matches_type(&e.event_type)
             && ep.accepts_tenant(e.tenant.as_deref())
             && crate::model::channels_match(&ep.channels, &e.labels.channels)
+            && ep
+                .filter
+                .as_ref()
+                .is_none_or(|f| f.matches(&crate::filter::input(e)))
     });
     move |since, until| ReplayWindow {
         topics: topics.clone(),
@@ -45,6 +49,8 @@ fn replay_window(endpoint: &EndpointConfig) -> impl Fn(Timestamp, Timestamp) -> 
 pub const REPLAY_MAX_AGE: Duration = Duration::from_secs(7 * 86_400);
 /// How many events one replay re-sends at most (and how many dead deliveries one redrive).
 pub const REPLAY_MAX_EVENTS: u32 = 10_000;
+/// How many of its topics' newest events [`Recovery::recent_events`] reads at most.
+pub const RECENT_SCAN: u32 = 2_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
@@ -202,6 +208,23 @@ impl Recovery {
             return Err(RecoveryError::InvalidWindow("`until` must be after `since`"));
         }
         Ok((since, until))
+    }
+
+    /// The endpoint's newest events of the last 7 days that it subscribes to (type, tenant,
+    /// channels), whatever its content filter says: what a filter being edited is tried on.
+    /// At most `limit`, newest first, found among the newest [`RECENT_SCAN`] events of its
+    /// topics.
+    pub async fn recent_events(
+        &self,
+        endpoint: &EndpointConfig,
+        limit: u32,
+    ) -> Result<Vec<Arc<Event>>, RecoveryError> {
+        let mut unfiltered = endpoint.clone();
+        unfiltered.filter = None;
+        let now = self.clock.now();
+        let window =
+            replay_window(&unfiltered)(now.minus(REPLAY_MAX_AGE), now.plus(Duration::from_millis(1)));
+        Ok(self.store.latest_events(window, limit, RECENT_SCAN).await?)
     }
 
     /// Re-sends the endpoint's matching events of a window checked by [`Recovery::window`].

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first; within a layer, a module may import the ones listed before it.
 const LAYERS: &[(&str, &[&str])] = &[
     ("data", &["model"]),
-    ("rules", &["clock", "fence", "health", "policy", "charts"]),
+    (
+        "rules",
+        &["clock", "fence", "health", "policy", "charts", "filter"],
+    ),
     (
         "infrastructure",
         &["telemetry", "store", "delivery", "server", "console"],

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
-//!                                           [--only ingest,e2e,latency,lateness,backlog,plugins,postgres,brokers]
+//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,plugins,postgres,brokers]
 //!                                           [--postgres postgres://…]
 //!                                           [--nats URL --amqp URL --redis URL --mqtt URL]
 //! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
@@ -52,8 +52,9 @@ struct Args {
     /// A tenth of every size, one second per timed phase: a smoke run.
     #[arg(long)]
     quick: bool,
-    /// Only these scenarios (comma-separated): ingest, e2e, latency, lateness, backlog,
-    /// plugins, postgres, brokers, and faults (the cluster's fault runs, only when named).
+    /// Only these scenarios (comma-separated): ingest, filters, e2e, latency, lateness,
+    /// backlog, plugins, postgres, brokers, and faults (the cluster's fault runs, only when
+    /// named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the results as JSON here.
@@ -117,7 +118,7 @@ enum Hidden {
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "brokers", "faults",
+    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "brokers", "faults",
 ];
 
 fn main() -> ExitCode {
@@ -244,6 +245,8 @@ async fn run(args: Args) -> ExitCode {
             steps.push(("ingest", "ingest batch".into()));
         }
         for (name, label) in [
+            ("filters", "ingest, 10 endpoints without filters"),
+            ("filters", "ingest, 10 endpoints with filters"),
             ("e2e", "end to end, 1 endpoint"),
             ("e2e", "end to end, single events"),
             ("e2e", "end to end, fan-out 10"),
@@ -282,6 +285,8 @@ async fn run(args: Args) -> ExitCode {
                 "ingest single c=16" => bench.ingest(Shape::Single, 16).await,
                 "ingest single c=64" => bench.ingest(Shape::Single, 64).await,
                 "ingest batch" => bench.ingest(Shape::Batch(100), 4).await,
+                "ingest, 10 endpoints without filters" => bench.ingest_filtered(false).await,
+                "ingest, 10 endpoints with filters" => bench.ingest_filtered(true).await,
                 "end to end, 1 endpoint" => bench.end_to_end(1, bench.scale.e2e_events).await,
                 "end to end, fan-out 10" => bench.end_to_end(10, bench.scale.fanout_events).await,
                 "latency at a fixed rate" => bench.latency_at_rate().await,

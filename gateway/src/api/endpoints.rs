@@ -165,7 +165,8 @@ async fn create_endpoint(
 }
 
 /// Changes an endpoint created through the API: a JSON merge patch of its keys (`null`
-/// removes one). Applies from the next attempt, like an edit of the config file.
+/// removes one; a `filter` replaces the old one whole). Applies from the next attempt, like
+/// an edit of the config file.
 #[utoipa::path(patch, path = "/v1/endpoints/{name}", tag = "endpoints",
     params(("name" = String, Path, description = "The endpoint's name")),
     request_body(content = Object, description = "A JSON merge patch of the endpoint's keys"),

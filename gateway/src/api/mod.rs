@@ -6,6 +6,7 @@
 
 mod auth;
 mod deliveries;
+mod endpoint_filter;
 mod endpoints;
 mod error;
 mod event_types;
@@ -100,6 +101,7 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         .merge(deliveries::router())
         .merge(endpoints::router())
         .merge(ordering::router())
+        .merge(endpoint_filter::router())
         .merge(plugins::router())
         .merge(policies::router())
         .merge(topics::router())

@@ -304,6 +304,11 @@ pub(crate) struct EndpointView {
     pub(crate) disabled: bool,
     #[serde(default)]
     pub(crate) metadata: std::collections::BTreeMap<String, String>,
+    /// Its content filter as written; null: every event of its topics (README "Content
+    /// filters").
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub(crate) filter: Option<serde_json::Value>,
     pub(crate) history: Vec<HistoryView>,
     /// What keeps the endpoint's deliveries from working as configured, e.g. `endpoint billing
     /// binds transform plugin "cloudevent" which is not loaded`. Empty when all is well.
@@ -373,6 +378,7 @@ impl EndpointView {
             channels: ep.channels.clone(),
             disabled: ep.disabled,
             metadata: ep.metadata.clone(),
+            filter: ep.filter.as_ref().map(|f| f.source().clone()),
             history: history.into_iter().map(HistoryView::from).collect(),
             problems,
         }
@@ -597,4 +603,28 @@ impl From<crate::store::EventTypeRow> for EventTypeView {
             updated_at: row.updated_at,
         }
     }
+}
+
+/// How a content filter judges a sample event and the endpoint's newest events
+/// (`POST /v1/endpoints/{name}/filter/test`).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct FilterTestOutcome {
+    /// The filter tried: the candidate, else the endpoint's; null: none, every event passes.
+    #[schema(value_type = Option<Object>)]
+    pub(crate) filter: Option<serde_json::Value>,
+    /// Whether the sample event passes; null without a sample.
+    pub(crate) matched: Option<bool>,
+    /// Why: the condition that refused the sample, or those that let it through.
+    pub(crate) reason: Option<String>,
+    /// With `recent`: how many of the endpoint's newest events it would let through.
+    pub(crate) recent: Option<RecentOutcome>,
+}
+
+/// A filter tried on the endpoint's newest events.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub(crate) struct RecentOutcome {
+    /// How many were tried (fewer than asked when the endpoint has had fewer).
+    pub(crate) events: usize,
+    /// How many of them it lets through.
+    pub(crate) matched: usize,
 }

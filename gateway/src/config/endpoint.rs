@@ -11,6 +11,7 @@ use super::raw::{RawEndpoint, RawFinalFailure, RawSecrets};
 use super::validate::Validator;
 use super::{EndpointConfig, EndpointSource, FinalFailure, TopicConfig, defaults};
 use crate::delivery::{Destination, ssrf};
+use crate::filter::Filter;
 use crate::model::Secret;
 use crate::policy::Policy;
 
@@ -114,6 +115,7 @@ impl Validator<'_> {
         for (i, channel) in raw.channels.iter().enumerate() {
             self.name(&format!("{path}.channels[{i}]"), channel);
         }
+        let filter = raw.filter.as_ref().and_then(|doc| self.filter(&path, doc));
         let svix_uid = raw.svix.as_ref().and_then(|s| s.uid.clone());
         if let Some(uid) = &svix_uid {
             self.name(&format!("{path}.svix.uid"), uid);
@@ -152,7 +154,27 @@ impl Validator<'_> {
             metadata: raw.metadata,
             svix_uid,
             svix_headers: raw.svix.is_some_and(|s| s.headers.unwrap_or(true)),
+            filter,
         })
+    }
+
+    /// The content filter, compiled once here; each mistake in it is a problem at its path
+    /// inside the filter (`endpoints.billing.filter.payload.amount.$gte`). `{}` is no filter.
+    fn filter(&mut self, path: &str, document: &serde_json::Value) -> Option<Arc<Filter>> {
+        match Filter::compile(document) {
+            Ok(filter) => filter.map(Arc::new),
+            Err(errors) => {
+                for e in errors {
+                    let at = if e.path.is_empty() {
+                        format!("{path}.filter")
+                    } else {
+                        format!("{path}.filter.{}", e.path)
+                    };
+                    self.problem(&at, e.reason);
+                }
+                None
+            }
+        }
     }
 
     /// Where the endpoint's messages go: the URL's scheme chooses the transport. An IP literal

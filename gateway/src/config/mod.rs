@@ -36,6 +36,7 @@ use rustls::pki_types::CertificateDer;
 
 use crate::delivery::signing::SignatureScheme;
 use crate::delivery::{Destination, OutboundAuth, ProxyAddr, Route};
+use crate::filter::Filter;
 use crate::health::HealthRules;
 use crate::model::{PluginBinding, Secret, Timestamp};
 use crate::policy::Policy;
@@ -289,6 +290,9 @@ pub struct EndpointConfig {
     pub svix_uid: Option<String>,
     /// Sends the `svix-*` headers beside the `webhook-*` ones.
     pub svix_headers: bool,
+    /// Its content filter, compiled: evaluated at fan-out, so an event it refuses creates no
+    /// delivery. None: every event it subscribes to.
+    pub filter: Option<Arc<Filter>>,
 }
 
 /// What an ordered endpoint's key does when its head finally fails (`on_final_failure`).
@@ -359,6 +363,7 @@ impl PartialEq for EndpointConfig {
             && self.metadata == other.metadata
             && self.svix_uid == other.svix_uid
             && self.svix_headers == other.svix_headers
+            && self.filter == other.filter
     }
 }
 
@@ -422,6 +427,14 @@ impl EndpointConfig {
 
     pub fn matches_type(&self, event_type: &str) -> bool {
         self.type_matcher.as_ref().is_none_or(|m| m.is_match(event_type))
+    }
+
+    /// Whether an event passes the content filter (without one, every event does). `input`
+    /// gives the event's view ([`crate::filter::input`]); it is asked only when there is a
+    /// filter, so that a caller fanning out to many endpoints builds it once, and only if
+    /// one of them needs it.
+    pub fn passes_filter<'v>(&self, input: impl FnOnce() -> &'v serde_json::Value) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.matches(input()))
     }
 }
 

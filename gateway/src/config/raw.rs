@@ -322,6 +322,11 @@ pub struct RawEndpoint {
     pub metadata: BTreeMap<String, String>,
     /// Svix compatibility (set on endpoints created through the Svix API).
     pub svix: Option<RawSvix>,
+    /// A content filter: which of its topics' events the endpoint receives, by their content
+    /// (README "Content filters"), in the operator grammar of Convoy and Outpost, e.g.
+    /// `{payload.amount: {$gte: 100}}`. An event it refuses creates no delivery. None or `{}`:
+    /// every event.
+    pub filter: Option<serde_json::Value>,
 }
 
 /// What the Svix API keeps of an endpoint beside the file's keys.

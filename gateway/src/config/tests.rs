@@ -103,7 +103,7 @@ fn an_unknown_key_names_file_line_and_path() {
     assert_eq!(
         problems(text),
         vec![
-            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `on_final_failure`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`"
+            "test.yaml:7: endpoints.e.colour: unknown field `colour`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `on_final_failure`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`, `filter`"
         ]
     );
 }
@@ -454,7 +454,7 @@ endpoints:
             "test.yaml:7: delivery.max_in_flight: invalid type: string \"lots\", expected u32",
             "test.yaml:11: endpoints.billing.topics[1]: unknown topic `invoices` (declared: orders, svix)",
             "test.yaml:12: endpoints.billing.policy: unknown policy `quick` (known: sns-aws-managed, sns-customer-managed, sns-http-default, standard)",
-            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `on_final_failure`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`",
+            "test.yaml:13: endpoints.billing.timout: unknown field `timout`, expected one of `url`, `topics`, `types`, `policy`, `secret`, `headers`, `transform`, `signer`, `backoff`, `max_per_second`, `max_in_flight`, `timeout`, `ordered`, `dead_letter`, `on_final_failure`, `auth`, `tls`, `proxy`, `signature`, `description`, `tenant`, `channels`, `disabled`, `metadata`, `svix`, `filter`",
         ]
     );
 }
@@ -595,4 +595,69 @@ fn the_schema_gives_each_duration_keys_range() {
             assert!(text.contains(&written), "{def}.{key}: {written} not in {text:?}");
         }
     }
+}
+
+#[test]
+fn a_content_filter_is_compiled_at_load_and_its_mistakes_name_file_line_and_path() {
+    let c = load(
+        r#"
+topics:
+  orders: {}
+endpoints:
+  big:
+    url: https://big.example.com/hooks
+    topics: [orders]
+    filter:
+      payload.amount: { $gte: 1000 }
+      $or:
+        - { type: order.paid }
+        - { data: { status: shipped } }
+  everything:
+    url: https://all.example.com/hooks
+    topics: [orders]
+    filter: {}
+"#,
+    )
+    .unwrap();
+    let filter = c.endpoints["big"].filter.as_ref().expect("compiled");
+    let view = |amount: i64, event_type: &str| serde_json::json!({"type": event_type, "payload": {"amount": amount, "status": "new"}});
+    assert!(filter.matches(&view(1500, "order.paid")));
+    assert!(!filter.matches(&view(500, "order.paid")));
+    assert!(!filter.matches(&view(1500, "order.created")));
+    assert!(c.endpoints["everything"].filter.is_none(), "`{{}}` is no filter");
+
+    let found = problems(
+        r#"
+topics:
+  orders: {}
+endpoints:
+  big:
+    url: https://big.example.com/hooks
+    topics: [orders]
+    filter:
+      payload:
+        amount:
+          $gte: [1000]
+      paylaod.status: paid
+      $or:
+        - { type: { $regex: "(" } }
+"#,
+    );
+    assert!(
+        found.contains(&"test.yaml:11: endpoints.big.filter.payload.amount.$gte: `$gte` compares with a number or a string, not a list".to_owned()),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|p| p
+                .starts_with("test.yaml:12: endpoints.big.filter.paylaod.status: unknown field `paylaod`")),
+        "{found:#?}"
+    );
+    assert!(
+        found.iter().any(
+            |p| p.starts_with("test.yaml:14: endpoints.big.filter.$or[0].type.$regex: not a valid regex")
+        ),
+        "{found:#?}"
+    );
 }

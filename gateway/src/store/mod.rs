@@ -533,6 +533,15 @@ pub trait Store: Send + Sync + 'static {
     /// The first `limit` matching events of a replay window, oldest first.
     async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>>;
 
+    /// The newest matching events of a window, newest first: at most `limit`, found among at
+    /// most `scan` of the window's newest events (so that a rare match costs a bounded read).
+    async fn latest_events(
+        &self,
+        window: ReplayWindow,
+        limit: u32,
+        scan: u32,
+    ) -> StoreResult<Vec<Arc<Event>>>;
+
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>>;
 
     /// An endpoint's ordering keys of `listing`, in key order after `after`: each with its
@@ -938,6 +947,45 @@ pub(crate) mod svix_contract {
         let gone = store.delete_event_type("user.signup").await;
         assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
         assert!(store.event_type("user.signup").await.unwrap().is_none());
+    }
+
+    /// The newest matching events of a window come newest first, at most `limit` of them,
+    /// from at most `scan` of the window's newest events (a content filter tried on recent
+    /// events).
+    pub(crate) async fn latest_events(store: &dyn Store) {
+        let on_topic = |id: &str, event_type: &str, at: i64| {
+            let mut item = event(id, "acme", event_type, at);
+            let mut e = (*item.event).clone();
+            e.topic = "filters".into();
+            item.event = Arc::new(e);
+            item
+        };
+        let batch = IngestBatch {
+            items: vec![
+                on_topic("l1", "a", 10),
+                on_topic("l2", "b", 20),
+                on_topic("l3", "a", 30),
+                on_topic("l4", "b", 40),
+            ],
+            idempotency: None,
+            now: Timestamp::from_millis(40),
+        };
+        store.ingest(batch).await.unwrap();
+        let latest = |since: i64, limit: u32, scan: u32| async move {
+            let window = ReplayWindow {
+                topics: vec!["filters".into()],
+                since: Timestamp::from_millis(since),
+                until: Timestamp::from_millis(100),
+                matches: Arc::new(|e: &Event| e.event_type == "a"),
+            };
+            let found = store.latest_events(window, limit, scan).await.unwrap();
+            found.iter().map(|e| e.id.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(latest(0, 10, 10).await, ["l3", "l1"]);
+        assert_eq!(latest(0, 1, 10).await, ["l3"]);
+        assert_eq!(latest(0, 10, 2).await, ["l3"], "only the newest two are read");
+        assert!(latest(0, 10, 1).await.is_empty());
+        assert_eq!(latest(15, 10, 10).await, ["l3"]);
     }
 
     fn event(id: &str, tenant: &str, event_type: &str, at: i64) -> IngestItem {

@@ -855,6 +855,39 @@ impl Store for SqliteStore {
         self.read(ordering::held_keys).await
     }
 
+    async fn latest_events(
+        &self,
+        window: ReplayWindow,
+        limit: u32,
+        scan: u32,
+    ) -> StoreResult<Vec<Arc<Event>>> {
+        self.read(move |conn| {
+            let topics = serde_json::to_string(&window.topics).map_err(|e| StoreError::Internal(e.to_string()))?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events e
+                 WHERE e.topic IN (SELECT value FROM json_each(?1)) AND e.received_at >= ?2 AND e.received_at < ?3
+                 ORDER BY e.received_at DESC, e.seq DESC LIMIT ?4"
+            ))?;
+            let mut rows = stmt.query(params![
+                topics,
+                window.since.as_millis(),
+                window.until.as_millis(),
+                scan
+            ])?;
+            let mut out = Vec::new();
+            while out.len() < limit as usize
+                && let Some(row) = rows.next()?
+            {
+                let event = event_from_row(row, 0)?;
+                if (window.matches)(&event) {
+                    out.push(Arc::new(event));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>> {
         let (id, topic) = (id.to_owned(), topic.map(str::to_owned));
         self.read(move |conn| {
@@ -1603,6 +1636,7 @@ mod tests {
         crate::store::svix_contract::applications(&store).await;
         crate::store::svix_contract::event_types(&store).await;
         crate::store::svix_contract::tenant_events_and_attempts(&store).await;
+        crate::store::svix_contract::latest_events(&store).await;
     }
 
     #[tokio::test]

@@ -514,3 +514,55 @@ async fn the_ordering_tab_shows_a_blocked_key_and_skips_its_head() {
     assert_eq!(sent, [1, 2, 3]);
     browser.close().await;
 }
+
+/// The content filter on the endpoint page: as it is edited, the count of the endpoint's
+/// recent events it would let through follows; a mistake shows with its path; saving it
+/// changes the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_being_edited_counts_the_recent_events_it_lets_through_and_is_saved() {
+    let Some(browser) = browser().await else { return };
+    let sink = Sink::start().await;
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [{ADMIN}]\ntopics:\n  orders: {{}}\n"
+    ))
+    .await;
+    let (status, created) = gw
+        .post(
+            "/v1/endpoints",
+            json!({"name": "shop", "url": sink.url("/shop"), "topics": ["orders"],
+                   "filter": {"payload.amount": {"$gte": 100}}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    for amount in [10, 50, 150, 500] {
+        gw.ingest("orders", "order.created", json!({"amount": amount}))
+            .await;
+    }
+    sign_in(&browser, &gw, ADMIN).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    browser
+        .goto(&format!("{}/console/#/endpoints/shop", gw.base))
+        .await;
+    browser
+        .wait_for_text("Lets through 2 of the endpoint’s last 4 events.")
+        .await;
+
+    browser
+        .fill("#filter", r#"{"payload.amount": {"$gte": 40}}"#)
+        .await;
+    browser.wait_for_text("Lets through 3 of").await;
+    browser
+        .fill("#filter", r#"{"payload.amount": {"$gte": []}}"#)
+        .await;
+    browser.wait_for_text("filter.payload.amount.$gte").await;
+    browser
+        .fill("#filter", r#"{"payload.amount": {"$lte": 10}}"#)
+        .await;
+    browser.wait_for_text("Lets through 1 of").await;
+    browser.screenshot("endpoint-filter").await;
+    browser.click("#save-filter").await;
+    browser.wait_for_text("Content filter saved.").await;
+    let (_, ep) = gw.get("/v1/endpoints/shop").await;
+    assert_eq!(ep["filter"], json!({"payload.amount": {"$lte": 10}}));
+    browser.close().await;
+}

@@ -19,6 +19,7 @@ mod channels;
 mod cluster;
 mod connections;
 mod console;
+mod content_filters;
 mod crash_recovery;
 mod dead_letter;
 mod destinations;

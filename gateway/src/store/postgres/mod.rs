@@ -1013,6 +1013,37 @@ impl Store for PgStore {
         }))
     }
 
+    async fn latest_events(
+        &self,
+        window: ReplayWindow,
+        limit: u32,
+        scan: u32,
+    ) -> StoreResult<Vec<Arc<Event>>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events e
+                 WHERE e.topic = ANY($1) AND e.received_at >= $2 AND e.received_at < $3
+                 ORDER BY e.received_at DESC, e.seq DESC LIMIT $4"
+            ),
+            &[
+                &window.topics,
+                &window.since.as_millis(),
+                &window.until.as_millis(),
+                &i64::from(scan),
+            ],
+        )
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|row| event_from_row(row, 0))
+            .filter(|event| (window.matches)(event))
+            .take(limit as usize)
+            .map(Arc::new)
+            .collect())
+    }
+
     async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>> {
         const PAGE: i64 = 1000;
         let conn = self.conn().await?;

@@ -127,6 +127,7 @@ async fn the_svix_api_s_rows_are_kept_as_the_contract_says() {
     crate::store::svix_contract::applications(&store).await;
     crate::store::svix_contract::event_types(&store).await;
     crate::store::svix_contract::tenant_events_and_attempts(&store).await;
+    crate::store::svix_contract::latest_events(&store).await;
 }
 
 #[tokio::test]

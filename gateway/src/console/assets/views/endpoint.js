@@ -1,8 +1,9 @@
-// One endpoint: settings (never secrets), health history, recent deliveries, and the recovery
-// actions: test, re-enable (with replay), replay a window (count shown first), redrive, rotate
-// the secret, edit and delete.
+// One endpoint: settings (never secrets), its content filter (tried on its recent events as
+// it is edited), health history, recent deliveries, and the recovery actions: test,
+// re-enable (with replay), replay a window (count shown first), redrive, rotate the secret,
+// edit and delete.
 
-import { del, get, post, query, seg } from '../api.js';
+import { del, get, patch, post, query, seg } from '../api.js';
 import { ago, badge, count, errorNotice, field, h, notice, render, secretBox, table, toLocalInput, toRfc3339 } from '../ui.js';
 
 // A message for the next rendering of the page (an action that changed the endpoint renders
@@ -77,6 +78,7 @@ export async function endpointView(main, { args, refresh }) {
     output,
     actions.filter((a) => a.tagName === 'FORM'),
     h('section', { class: 'card' }, h('h2', {}, 'Settings'), settings(ep)),
+    filterForm(path, ep, changed, failing),
     h('section', { class: 'card' }, h('h2', {}, 'Health history'), timeline(ep)),
     h('section', {}, h('h2', {}, 'Recent deliveries'),
       table(['Delivery', 'Event type', 'Status', 'Attempts', 'Updated'], recent.deliveries.map((d) => [
@@ -100,6 +102,7 @@ function settings(ep) {
     ['Signature', `${ep.signature} (${ep.signing_secrets} signing secret${ep.signing_secrets === 1 ? '' : 's'})`],
     ['Ordered', ep.ordered ? `yes (a key whose head finally fails: ${ep.on_final_failure})` : 'no'],
     ['Dead letters', ep.dead_letter ? 'kept for redrive' : 'no'],
+    ['Content filter', ep.filter ? 'yes (below)' : 'none (every event of its topics)'],
   ];
   if (ep.previous_secret_until) rows.push(['Previous secret signs until', ago(ep.previous_secret_until)]);
   if (ep.max_per_second) rows.push(['Rate', `${ep.max_per_second}/s`]);
@@ -162,4 +165,60 @@ function replayForm(path, show, failing) {
   h('div', { class: 'row' }, field('Since', since), field('Until (empty: now)', until),
     h('button', { type: 'submit', id: 'replay-count-button' }, 'Count events'), send),
   h('p', {}, counted));
+}
+
+// How long typing pauses before the filter being edited is tried.
+const FILTER_PAUSE_MS = 300;
+
+// The content filter as JSON, tried on the endpoint's last 100 events at every pause in typing
+// (the count says how many it would have let through); an API endpoint's is saved from here,
+// a config file's only tried.
+function filterForm(path, ep, changed, failing) {
+  const text = h('textarea', { id: 'filter', rows: 6, spellcheck: 'false', class: 'mono filter',
+    'aria-label': 'Content filter (JSON)', placeholder: '{"payload.amount": {"$gte": 100}}' },
+  ep.filter ? JSON.stringify(ep.filter, null, 2) : '');
+  const counted = h('p', { id: 'filter-count', 'aria-live': 'polite' });
+  const problems = h('div', { id: 'filter-problems' });
+  const candidate = () => (text.value.trim() ? JSON.parse(text.value) : {});
+  let asked = 0;
+  const tryIt = async () => {
+    const mine = ++asked;
+    let filter;
+    try {
+      filter = candidate();
+    } catch (error) {
+      counted.textContent = '';
+      render(problems, notice(`Not JSON yet: ${error.message}`, 'error'));
+      return;
+    }
+    try {
+      const r = await post(`${path}/filter/test`, { filter, recent: 100 });
+      if (mine !== asked) return;
+      render(problems);
+      counted.textContent = r.recent.events
+        ? `Lets through ${count(r.recent.matched)} of the endpoint’s last ${count(r.recent.events)} events.`
+        : 'The endpoint has no recent events to try it on.';
+    } catch (error) {
+      if (mine !== asked) return;
+      counted.textContent = '';
+      render(problems, errorNotice(error));
+    }
+  };
+  let timer = null;
+  text.addEventListener('input', () => {
+    clearTimeout(timer);
+    timer = setTimeout(tryIt, FILTER_PAUSE_MS);
+  });
+  tryIt();
+  const editable = ep.source === 'api';
+  return h('form', { class: 'card', id: 'filter-form', onsubmit: failing(async () => {
+    const filter = candidate();
+    await patch(path, { filter: Object.keys(filter).length ? filter : null });
+    await changed(notice('Content filter saved.', 'ok'));
+  }) },
+  h('h2', {}, 'Content filter'),
+  h('p', { class: 'muted' }, 'Only the events it lets through reach the endpoint: Convoy’s and Outpost’s operators on type, tenant, payload and headers. Empty: every event.',
+    editable ? '' : ' Declared in the config file: try a change here, make it in the file.'),
+  text, counted, problems,
+  editable ? h('button', { class: 'primary', type: 'submit', id: 'save-filter' }, 'Save filter') : null);
 }
