@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
@@ -36,7 +36,7 @@ use crate::recovery::Recovery;
 use crate::reload::{Announce, Reloader, review_bindings_on_plugin_changes};
 use crate::scheduler::{Scheduler, SchedulerDeps};
 use crate::server::{self, ServerLimits};
-use crate::store::{NodeInfo, PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store};
+use crate::store::{NodeInfo, PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store, StoreError};
 use crate::telemetry::Metrics;
 use crate::traces::Traces;
 
@@ -278,7 +278,7 @@ async fn open_store(
     node_id: &str,
 ) -> anyhow::Result<Arc<dyn Store>> {
     if let Some(url) = &config.storage.url {
-        let store = PgStore::open_with(url.expose(), metrics, node_id, config.storage.max_connections)
+        let store = open_postgres(url.expose(), config.storage.max_connections, metrics, node_id)
             .await
             .context("opening the PostgreSQL database of storage.url")?;
         return Ok(Arc::new(store));
@@ -289,6 +289,34 @@ async fn open_store(
     let store = SqliteStore::open(options)
         .with_context(|| format!("opening the database {}", config.storage.path.display()))?;
     Ok(Arc::new(store))
+}
+
+/// How long a node that starts while its database cannot be reached keeps trying before it
+/// gives up: a database starting beside it (a compose file, a host's boot) or a short network
+/// cut is waited out instead of ending the process.
+const DATABASE_WAIT_AT_START: Duration = Duration::from_secs(30);
+
+/// [`PgStore::open_with`], tried again with a growing pause while the database is unreachable,
+/// for at most [`DATABASE_WAIT_AT_START`]; any other error (a bad URL, a refused password, a
+/// failed migration) ends the start at once.
+async fn open_postgres(
+    url: &str,
+    pool_size: usize,
+    metrics: &Metrics,
+    node_id: &str,
+) -> Result<PgStore, StoreError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(250);
+    loop {
+        match PgStore::open_with(url, metrics, node_id, pool_size).await {
+            Err(StoreError::Unavailable(e)) if started.elapsed() + pause < DATABASE_WAIT_AT_START => {
+                tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "the database cannot be reached yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(4));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn build_sender(config: &Config) -> anyhow::Result<Sender> {

@@ -256,3 +256,21 @@ async fn a_minute_of_random_faults_breaks_no_promise() {
         r.logs
     );
 }
+
+/// A node that starts while its database cannot be reached keeps trying (for 30 s) instead of
+/// exiting, and comes up when the database returns: found by the randomized run, where a node
+/// restarted during a cut ended with "could not start".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_while_cut_off_from_the_database_comes_up_when_it_returns() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let Some(pg) =
+        private_postgres("a_node_started_while_cut_off_from_the_database_comes_up_when_it_returns")
+    else {
+        return;
+    };
+    let waited = scenarios::start_while_cut_off(&pg, &program(), LEASE).await;
+    assert!(
+        waited,
+        "the node exited while the database was cut off instead of waiting for it"
+    );
+}

@@ -698,3 +698,21 @@ fn end_fault(rig: &mut Rig, i: usize, fault: Fault) {
         Fault::Delayed => rig.proxies[i].delay(Duration::ZERO),
     }
 }
+
+/// A node killed and started again while cut off from the database (a cut at boot, or
+/// PostgreSQL starting beside it): it must wait for the database rather than exit, and answer
+/// once the cut heals. Answers whether the process was still running after three seconds of
+/// the cut; returns only once it answers (the rig's wait panics with its log otherwise).
+pub(crate) async fn start_while_cut_off(pg: &PrivatePostgres, program: &Program, lease: Duration) -> bool {
+    let endpoints = vec![EndpointSpec::plain("e0")];
+    let options = options(program, 1, lease, endpoints, Duration::ZERO);
+    let mut rig = Rig::start(pg, "startcut", options).await;
+    rig.nodes[0].kill();
+    rig.proxies[0].cut();
+    rig.nodes[0].spawn();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waited = !matches!(rig.nodes[0].state().as_str(), "Z" | "gone" | "not started");
+    rig.proxies[0].heal();
+    rig.wait_healthy(0).await;
+    waited
+}
