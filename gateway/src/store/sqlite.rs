@@ -252,6 +252,41 @@ fn delivery_for_attempt_sql() -> String {
     )
 }
 
+/// The events of `window` that its filter lets through, at most `limit`: oldest first, or,
+/// with `newest_scan`, newest first among the window's newest `newest_scan` events.
+fn window_events(
+    conn: &Connection,
+    window: &ReplayWindow,
+    limit: u32,
+    newest_scan: Option<u32>,
+) -> StoreResult<Vec<Arc<Event>>> {
+    let topics = serde_json::to_string(&window.topics).map_err(|e| StoreError::Internal(e.to_string()))?;
+    let order = if newest_scan.is_some() { "DESC" } else { "ASC" };
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events e
+         WHERE e.topic IN (SELECT value FROM json_each(?1)) AND e.received_at >= ?2 AND e.received_at < ?3
+         ORDER BY e.received_at {order}, e.seq {order} LIMIT ?4"
+    ))?;
+    // SQLite reads a negative LIMIT as none.
+    let scan = newest_scan.map_or(-1, i64::from);
+    let mut rows = stmt.query(params![
+        topics,
+        window.since.as_millis(),
+        window.until.as_millis(),
+        scan
+    ])?;
+    let mut out = Vec::new();
+    while out.len() < limit as usize
+        && let Some(row) = rows.next()?
+    {
+        let event = event_from_row(row, 0)?;
+        if (window.matches)(&event) {
+            out.push(Arc::new(event));
+        }
+    }
+    Ok(out)
+}
+
 fn event_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Event> {
     Ok(Event {
         id: row.get(first)?,
@@ -817,26 +852,8 @@ impl Store for SqliteStore {
     }
 
     async fn events_in_window(&self, window: ReplayWindow, limit: u32) -> StoreResult<Vec<Arc<Event>>> {
-        self.read(move |conn| {
-            let topics = serde_json::to_string(&window.topics).map_err(|e| StoreError::Internal(e.to_string()))?;
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {EVENT_COLUMNS} FROM events e
-                 WHERE e.topic IN (SELECT value FROM json_each(?1)) AND e.received_at >= ?2 AND e.received_at < ?3
-                 ORDER BY e.received_at, e.seq"
-            ))?;
-            let mut rows = stmt.query(params![topics, window.since.as_millis(), window.until.as_millis()])?;
-            let mut out = Vec::new();
-            while out.len() < limit as usize
-                && let Some(row) = rows.next()?
-            {
-                let event = event_from_row(row, 0)?;
-                if (window.matches)(&event) {
-                    out.push(Arc::new(event));
-                }
-            }
-            Ok(out)
-        })
-        .await
+        self.read(move |conn| window_events(conn, &window, limit, None))
+            .await
     }
 
     async fn ordering_keys(
@@ -861,31 +878,8 @@ impl Store for SqliteStore {
         limit: u32,
         scan: u32,
     ) -> StoreResult<Vec<Arc<Event>>> {
-        self.read(move |conn| {
-            let topics = serde_json::to_string(&window.topics).map_err(|e| StoreError::Internal(e.to_string()))?;
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {EVENT_COLUMNS} FROM events e
-                 WHERE e.topic IN (SELECT value FROM json_each(?1)) AND e.received_at >= ?2 AND e.received_at < ?3
-                 ORDER BY e.received_at DESC, e.seq DESC LIMIT ?4"
-            ))?;
-            let mut rows = stmt.query(params![
-                topics,
-                window.since.as_millis(),
-                window.until.as_millis(),
-                scan
-            ])?;
-            let mut out = Vec::new();
-            while out.len() < limit as usize
-                && let Some(row) = rows.next()?
-            {
-                let event = event_from_row(row, 0)?;
-                if (window.matches)(&event) {
-                    out.push(Arc::new(event));
-                }
-            }
-            Ok(out)
-        })
-        .await
+        self.read(move |conn| window_events(conn, &window, limit, Some(scan)))
+            .await
     }
 
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>> {
