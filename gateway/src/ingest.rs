@@ -18,7 +18,9 @@ use crate::filter;
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, Event, EventLabels, EventTrace, Timestamp};
 use crate::scheduler::SchedulerHandle;
-use crate::store::{IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, Store, StoreError, Target};
+use crate::store::{
+    IdempotencyRecord, IngestBatch, IngestItem, IngestOutcome, OrderingKeyRow, Store, StoreError, Target,
+};
 use crate::telemetry::Metrics;
 
 /// An event as an app hands it in.
@@ -65,6 +67,9 @@ impl Prepared {
 
 /// The operator event of an ordered endpoint's key held behind a head that finally failed.
 pub const KEY_HELD: &str = "hookgate.ordering.key_held";
+/// The operator event of an ordered endpoint's key whose events have waited behind a failing
+/// head for longer than `health.key_blocked_after`.
+pub const KEY_BLOCKED: &str = "hookgate.ordering.key_blocked";
 
 #[derive(Clone)]
 pub struct Ingestor {
@@ -192,6 +197,38 @@ impl Ingestor {
         self.publish(KEY_HELD, endpoint, body);
     }
 
+    /// Publishes `hookgate.ordering.key_blocked` on the operator topic, if there is one: the
+    /// oldest event of an ordered endpoint's key has waited `blocked_for` behind a head that
+    /// keeps failing. Answers once the event is committed (or was not to be published).
+    pub async fn publish_key_blocked(
+        &self,
+        endpoint: &str,
+        row: &OrderingKeyRow,
+        blocked_for: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let head = row.head.as_ref();
+        let body = serde_json::json!({
+            "type": KEY_BLOCKED,
+            "endpoint": endpoint,
+            "ordering_key": row.key,
+            "head": head.map(|h| h.delivery_id.to_string()),
+            "head_attempts": head.map(|h| h.attempt_count),
+            "last_error": head.and_then(|h| h.last_error.clone()),
+            "waiting": row.waiting,
+            "oldest_waiting_at": row.oldest_waiting_at,
+            "blocked_for_seconds": blocked_for.as_secs(),
+        });
+        let Some(write) = self.operator_write(KEY_BLOCKED, endpoint, body) else {
+            return Ok(());
+        };
+        self.committer
+            .commit(async move {
+                let (_, to_schedule) = write.await?;
+                Ok(((), to_schedule))
+            })
+            .await
+    }
+
     /// Publishes an operator event (`hookgate.endpoint.paused`…) on the configured operator
     /// topic, if there is one. Fire and forget: a failure is logged, never blocks delivery.
     pub fn publish_operator_event(&self, endpoint: &str, event_type: &'static str, health: &EndpointHealth) {
@@ -209,11 +246,27 @@ impl Ingestor {
         self.publish(event_type, endpoint, body);
     }
 
-    /// An operator event with `body` on the operator topic, keyed by its endpoint.
+    /// An operator event with `body` on the operator topic, keyed by its endpoint, in the
+    /// background.
     fn publish(&self, event_type: &'static str, endpoint: &str, body: serde_json::Value) {
-        let Some(topic) = self.config.load().health.operator_topic.clone() else {
+        let Some(write) = self.operator_write(event_type, endpoint, body) else {
             return;
         };
+        self.committer
+            .commit_in_background("publishing an operator event", async move {
+                let (_, to_schedule) = write.await?;
+                Ok(((), to_schedule))
+            });
+    }
+
+    /// The write of an operator event, or None without an operator topic.
+    fn operator_write(
+        &self,
+        event_type: &'static str,
+        endpoint: &str,
+        body: serde_json::Value,
+    ) -> Option<impl Future<Output = Result<(Committed, ToSchedule), StoreError>> + Send + 'static> {
+        let topic = self.config.load().health.operator_topic.clone()?;
         let prepared = self.prepare(
             vec![NewEvent {
                 id: None,
@@ -227,11 +280,6 @@ impl Ingestor {
             }],
             None,
         );
-        let write = self.clone().write(prepared, None);
-        self.committer
-            .commit_in_background("publishing an operator event", async move {
-                let (_, to_schedule) = write.await?;
-                Ok(((), to_schedule))
-            });
+        Some(self.clone().write(prepared, None))
     }
 }

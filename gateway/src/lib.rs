@@ -20,6 +20,7 @@ pub mod filter;
 pub mod health;
 pub mod ingest;
 pub mod model;
+pub mod ordering_watch;
 pub mod plugins;
 pub mod policy;
 pub mod recovery;

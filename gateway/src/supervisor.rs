@@ -195,7 +195,7 @@ impl Gateway {
             }
             _ => ClusterView::Solo(node),
         };
-        let router = api_router(
+        let (router, ingestor) = api_router(
             &reloader,
             &mut scheduler,
             &ingest_tasks,
@@ -203,6 +203,7 @@ impl Gateway {
             endpoint_admin,
             traces,
         );
+        tasks.spawn(crate::ordering_watch::run(ingestor, shutdown.child_token()));
         tasks.spawn(scheduler.run(shutdown.child_token(), grace));
         tasks.spawn(server::serve(
             listener,
@@ -367,7 +368,8 @@ fn bind(
 }
 
 /// The API and what it drives: ingestion (which also publishes the scheduler's operator
-/// events) and recovery, both writing through one [`Committer`].
+/// events) and recovery, both writing through one [`Committer`]; and the ingestor, for the
+/// watches that publish operator events of their own.
 fn api_router(
     reloader: &Reloader,
     scheduler_actor: &mut Scheduler,
@@ -375,7 +377,7 @@ fn api_router(
     cluster: ClusterView,
     endpoint_admin: EndpointAdmin,
     traces: Traces,
-) -> axum::Router {
+) -> (axum::Router, Ingestor) {
     let Reloader {
         config,
         plugins,
@@ -427,7 +429,7 @@ fn api_router(
         config,
         store,
         scheduler,
-        ingestor,
+        ingestor: ingestor.clone(),
         recovery,
         clock,
         attempts,
@@ -438,7 +440,7 @@ fn api_router(
         traces,
         event_types,
     });
-    api::router(state).0
+    (api::router(state).0, ingestor)
 }
 
 /// The tasks that run beside the scheduler and the listener: the plugin folder watcher,

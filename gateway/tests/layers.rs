@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "event_types",
             "commit",
             "ingest",
+            "ordering_watch",
             "recovery",
             "reload",
             "endpoint_admin",

@@ -372,6 +372,12 @@ impl Validator<'_> {
         HealthConfig {
             rules,
             operator_topic: raw.operator_topic.clone(),
+            key_blocked_after: self.duration(
+                "health.key_blocked_after",
+                raw.key_blocked_after.as_deref(),
+                defaults::KEY_BLOCKED_AFTER,
+                limits::KEY_BLOCKED_AFTER,
+            ),
         }
     }
 

@@ -27,6 +27,8 @@ pub const PLUGIN_MAX_OUTPUT_BYTES: usize = 1 << 20;
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_IN_FLIGHT: u32 = 512;
 pub const MAX_IN_FLIGHT_PER_ENDPOINT: u32 = 16;
+/// `health.key_blocked_after`: long enough that a retry or two of a head is not an alert.
+pub const KEY_BLOCKED_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// PostgreSQL connections a node opens at most for its work.
 pub const PG_MAX_CONNECTIONS: usize = crate::store::PG_MAX_CONNECTIONS;
@@ -83,6 +85,7 @@ pub mod limits {
     pub const DELIVERY_TIMEOUT: Span = span(MS.saturating_mul(100), MIN.saturating_mul(15));
     pub const PAUSE_AFTER: Span = span(MIN, D.saturating_mul(365));
     pub const DISABLE_AFTER: Span = span(MIN, D.saturating_mul(365));
+    pub const KEY_BLOCKED_AFTER: Span = span(MIN, D.saturating_mul(30));
     pub const RETAIN_DELIVERIES: Span = span(H, D.saturating_mul(3650));
     pub const RETAIN_EVENTS: Span = Span {
         min: D.saturating_mul(7),

@@ -224,6 +224,9 @@ pub struct DeliveryConfig {
 pub struct HealthConfig {
     pub rules: HealthRules,
     pub operator_topic: Option<String>,
+    /// How long events may wait behind an ordered key's failing head before the key is
+    /// reported (`health.key_blocked_after`).
+    pub key_blocked_after: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -199,6 +199,11 @@ pub struct RawHealth {
     /// (`hookgate.endpoint.degraded`, `.paused`, `.disabled`, `.reenabled`, `.recovered`).
     /// The topic exists implicitly; subscribe an endpoint to it to route alerts.
     pub operator_topic: Option<String>,
+    /// An ordered endpoint's key whose oldest waiting event has waited this long behind a
+    /// failing head is reported once per head (`hookgate.ordering.key_blocked` on the operator
+    /// topic, and a warning in the log), `1m` to `30d`. Default `15m`.
+    #[serde(default, deserialize_with = "text_or_number::option")]
+    pub key_blocked_after: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -584,6 +584,7 @@ fn the_schema_gives_each_duration_keys_range() {
         ("RawEndpoint", "timeout", limits::DELIVERY_TIMEOUT),
         ("RawHealth", "pause_after", limits::PAUSE_AFTER),
         ("RawHealth", "disable_after", limits::DISABLE_AFTER),
+        ("RawHealth", "key_blocked_after", limits::KEY_BLOCKED_AFTER),
         ("RawRetention", "deliveries", limits::RETAIN_DELIVERIES),
         ("RawRetention", "events", limits::RETAIN_EVENTS),
         ("RawRetention", "idempotency", limits::RETAIN_IDEMPOTENCY_KEYS),

@@ -178,6 +178,8 @@ impl Actor {
         let lateness = deps.metrics.attempt_lateness();
         let event_reads = deps.metrics.event_reads();
         let fenced = deps.metrics.fenced_attempts();
+        let owned = deps.fence.is_some().then(HashSet::new);
+        *shared.owned.write().expect("owned lock") = owned.clone();
         let actor = Actor {
             clock: deps.clock,
             store: deps.store,
@@ -201,7 +203,7 @@ impl Actor {
             publisher: None,
             key_held_publisher: None,
             runtime: tokio::runtime::Handle::current(),
-            owned: deps.fence.is_some().then(HashSet::new),
+            owned,
             carried: HashSet::new(),
             arrivals: HashMap::new(),
             awaiting: HashMap::new(),

@@ -1,7 +1,7 @@
 //! The handle the rest of the gateway holds, and the state the API reads without asking the
 //! actor.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -136,6 +136,9 @@ pub(super) struct Shared {
     /// State changes sent to the store, and those committed (or given up) since the start.
     pub(super) changes_sent: AtomicU64,
     pub(super) changes_done: AtomicU64,
+    /// In a cluster, the endpoints this node delivers (the actor's own set, mirrored for
+    /// readers); None on a single node, which delivers every endpoint.
+    pub(super) owned: RwLock<Option<HashSet<Arc<str>>>>,
 }
 
 impl Shared {
@@ -202,6 +205,18 @@ impl SchedulerHandle {
     /// Whether new events should fan out to the endpoint (not paused or disabled).
     pub fn receives_events(&self, endpoint: &str) -> bool {
         self.shared.receives_events(endpoint)
+    }
+
+    /// Whether this node delivers the endpoint (always on a single node; in a cluster, while
+    /// it holds the endpoint's lease): the one node that reports what the endpoint's
+    /// deliveries do.
+    pub fn delivers(&self, endpoint: &str) -> bool {
+        self.shared
+            .owned
+            .read()
+            .expect("owned lock")
+            .as_ref()
+            .is_none_or(|owned| owned.contains(endpoint))
     }
 
     pub fn is_in_flight(&self, id: DeliveryId) -> bool {

@@ -19,6 +19,7 @@ impl Actor {
     pub(super) fn own(&mut self, endpoint: Arc<str>) {
         if let Some(owned) = &mut self.owned {
             owned.insert(endpoint.clone());
+            *self.shared.owned.write().expect("owned lock") = Some(owned.clone());
         }
         self.arrivals.insert(endpoint, HashSet::new());
     }
@@ -57,6 +58,7 @@ impl Actor {
     pub(super) fn disown(&mut self, endpoint: &Arc<str>) {
         if let Some(owned) = &mut self.owned {
             owned.remove(endpoint);
+            *self.shared.owned.write().expect("owned lock") = Some(owned.clone());
         }
         self.arrivals.remove(endpoint);
         self.awaiting.retain(|_, e| e != endpoint);

@@ -398,3 +398,54 @@ async fn the_gateway_binary_shows_blocked_keys_and_moves_them_on() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_key_blocked_longer_than_the_threshold_is_reported_once_per_head() {
+    let sink = Sink::start().await;
+    let ops = Sink::start().await;
+    fail(&sink, "k", 1, 503);
+    let yaml = format!(
+        "health:\n  operator_topic: ops\n  key_blocked_after: 10m\n{}  ops:\n    url: {}\n    topics: [ops]\n",
+        yaml(&sink, "[0s, 1h, 1h]", ""),
+        ops.url("/ops")
+    );
+    let gw = TestGateway::start(&yaml).await;
+    post(&gw, "k", 1).await;
+    sink.wait_for(1, WAIT).await;
+    post(&gw, "k", 2).await;
+    gw.settle().await;
+
+    // Blocked, but not yet for ten minutes: nothing to report.
+    gw.advance(Duration::from_secs(9 * 60)).await;
+    gw.settle().await;
+    assert_eq!(ops.count(), 0);
+
+    // The watch looks every quarter of the threshold.
+    gw.advance(Duration::from_secs(3 * 60)).await;
+    let told = ops.wait_for(1, WAIT).await[0].json();
+    assert_eq!(told["type"], "hookgate.ordering.key_blocked");
+    assert_eq!(
+        (&told["endpoint"], &told["ordering_key"], &told["waiting"]),
+        (&json!("e"), &json!("k"), &json!(1))
+    );
+    let blocked = keys(&gw, "blocked").await;
+    assert_eq!(told["head"], blocked[0]["head"]["delivery_id"]);
+    assert!(told["last_error"].as_str().unwrap().contains("503"), "{told}");
+    assert!(told["blocked_for_seconds"].as_u64().unwrap() >= 600, "{told}");
+
+    // Still blocked behind the same head, through its next failed retry: not again.
+    gw.advance(Duration::from_secs(60 * 60)).await;
+    sink.wait_for(2, WAIT).await;
+    gw.settle().await;
+    gw.advance(Duration::from_secs(5 * 60)).await;
+    gw.settle().await;
+    assert_eq!(ops.count(), 1);
+    let metrics = gw.metrics_text().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "hookgate_ordering_key_events_total{endpoint=\"e\",event=\"blocked_too_long\"}"
+        ),
+        1.0
+    );
+}
