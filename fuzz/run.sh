@@ -19,9 +19,15 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
 fi
 
 seconds="${FUZZ_SECONDS:-15}"
-# The fuzzed code is safe Rust: no sanitizer keeps the build and the runs fast. Debug
-# assertions and overflow checks stay on (cargo fuzz's default).
-build_flags=(--fuzz-dir "$here" -s none --codegen-units 16)
+# The fuzzed code is safe Rust: no sanitizer keeps the build and the runs fast. `--dev`: an
+# unoptimised build (debug assertions and overflow checks on) takes minutes less to build on
+# CI's two cores than the optimised one, which a run of seconds per target cannot win back;
+# FUZZ_PROFILE=release for long runs (fuzz/README.md).
+profile_flag=--dev
+if [[ "${FUZZ_PROFILE:-dev}" == release ]]; then
+  profile_flag=--release
+fi
+build_flags=(--fuzz-dir "$here" -s none --codegen-units 16 "$profile_flag")
 cargo +nightly fuzz build "${build_flags[@]}"
 
 run() {
