@@ -92,13 +92,13 @@ pub(crate) const PER_CORE_KEY: &str = "pg_e2e_fanout_10_cluster_per_core";
 pub(crate) const APART_KEY: &str = "pg_e2e_fanout_10_apart";
 
 /// A schema of its own for one run, dropped when the run ends.
-struct Schema {
+pub(crate) struct Schema {
     admin: String,
     name: String,
 }
 
 impl Schema {
-    async fn create(admin: &str) -> anyhow::Result<Schema> {
+    pub(crate) async fn create(admin: &str) -> anyhow::Result<Schema> {
         let name = format!("hg_bench_{}", std::process::id() ^ unix_us() as u32);
         run_sql(admin, &format!("CREATE SCHEMA {name}")).await?;
         Ok(Schema {
@@ -107,12 +107,12 @@ impl Schema {
         })
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let sep = if self.admin.contains('?') { '&' } else { '?' };
         format!("{}{sep}options=-c%20search_path%3D{}", self.admin, self.name)
     }
 
-    async fn drop(self) -> anyhow::Result<()> {
+    pub(crate) async fn drop(self) -> anyhow::Result<()> {
         run_sql(&self.admin, &format!("DROP SCHEMA {} CASCADE", self.name)).await
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
-//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,plugins,postgres,brokers]
+//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,ordering,plugins,postgres,brokers]
 //!                                           [--postgres postgres://…]
 //!                                           [--nats URL --amqp URL --redis URL --mqtt URL]
 //! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
@@ -18,6 +18,7 @@ mod child;
 mod cluster;
 mod faults;
 mod floor;
+mod ordering;
 mod prom;
 mod report;
 mod scenarios;
@@ -53,7 +54,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, filters, e2e, latency, lateness,
-    /// backlog, plugins, postgres, brokers, and faults (the cluster's fault runs, only when
+    /// backlog, ordering, plugins, postgres, brokers, and faults (the cluster's fault runs, only when
     /// named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -118,7 +119,8 @@ enum Hidden {
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "brokers", "faults",
+    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "ordering", "plugins", "postgres",
+    "brokers", "faults",
 ];
 
 fn main() -> ExitCode {
@@ -253,6 +255,8 @@ async fn run(args: Args) -> ExitCode {
             ("latency", "latency at a fixed rate"),
             ("lateness", "scheduler lateness"),
             ("backlog", "backlog memory and restart"),
+            ("ordering", "ordering keys at 1M waiting"),
+            ("ordering", "PostgreSQL, ordering keys at 1M waiting"),
             ("plugins", "plugin overhead"),
             ("postgres", "PostgreSQL, ingest single c=64, 1 subscriber"),
             ("postgres", "PostgreSQL, end to end, single events"),
@@ -266,6 +270,7 @@ async fn run(args: Args) -> ExitCode {
             // them, the step fails.
             let possible = match name {
                 "postgres" => args.postgres.is_some() || !args.only.is_empty(),
+                "ordering" if label.starts_with("PostgreSQL") => args.postgres.is_some(),
                 "brokers" => brokers.is_some() || !args.only.is_empty(),
                 _ => true,
             };
@@ -292,6 +297,10 @@ async fn run(args: Args) -> ExitCode {
                 "latency at a fixed rate" => bench.latency_at_rate().await,
                 "scheduler lateness" => bench.lateness().await,
                 "backlog memory and restart" => bench.backlog().await,
+                "ordering keys at 1M waiting" => bench.ordering_keys(None).await,
+                "PostgreSQL, ordering keys at 1M waiting" => {
+                    bench.ordering_keys(args.postgres.as_deref()).await
+                }
                 "plugin overhead" => bench.plugins().await,
                 "end to end to each destination" => match &brokers {
                     Some(brokers) => bench.destinations(brokers).await,

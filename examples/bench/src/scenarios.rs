@@ -312,7 +312,7 @@ impl Bench {
     }
 
     /// A figure's key and label as they are on the store in use: prefixed on PostgreSQL.
-    fn on_store(&self, key: &str, label: &str) -> (String, String) {
+    pub(crate) fn on_store(&self, key: &str, label: &str) -> (String, String) {
         match self.postgres {
             Some(_) => (format!("pg_{key}"), format!("PostgreSQL, {label}")),
             None => (key.to_owned(), label.to_owned()),

@@ -102,15 +102,24 @@ impl Client {
     /// GETs `url` and returns the body when the answer is a 2xx.
     pub async fn get(&self, url: &str) -> Result<Bytes, String> {
         let uri: http::Uri = url.parse().map_err(|_| format!("invalid URL `{url}`"))?;
-        let response = self
-            .inner
-            .request(
-                Request::get(uri)
-                    .body(Full::new(Bytes::new()))
-                    .map_err(|e| e.to_string())?,
-            )
-            .await
+        let request = Request::get(uri)
+            .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
+        self.send(url, request).await
+    }
+
+    /// POSTs the JSON `body` to `url` and returns the answer's body when it is a 2xx.
+    pub async fn post_json(&self, url: &str, body: Bytes) -> Result<Bytes, String> {
+        let uri: http::Uri = url.parse().map_err(|_| format!("invalid URL `{url}`"))?;
+        let request = Request::post(uri)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        self.send(url, request).await
+    }
+
+    async fn send(&self, url: &str, request: Request<Full<Bytes>>) -> Result<Bytes, String> {
+        let response = self.inner.request(request).await.map_err(|e| e.to_string())?;
         let status = response.status();
         let body = response
             .into_body()
