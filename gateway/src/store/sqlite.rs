@@ -2,8 +2,12 @@
 //! pool of read connections.
 
 mod ordering;
+#[cfg(test)]
+mod power_cut_vfs;
+#[cfg(test)]
+mod power_loss;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -31,6 +35,9 @@ pub struct SqliteOptions {
     pub max_size_bytes: Option<u64>,
     /// Where the writer records its batch sizes and commit times.
     pub metrics: Metrics,
+    /// The SQLite VFS to open the files with instead of the platform's: the power-loss tests'.
+    #[cfg(test)]
+    pub(crate) vfs: Option<&'static str>,
 }
 
 impl SqliteOptions {
@@ -42,7 +49,35 @@ impl SqliteOptions {
             read_connections: 4,
             max_size_bytes: None,
             metrics: Metrics::new(),
+            #[cfg(test)]
+            vfs: None,
         }
+    }
+
+    fn database(&self) -> DatabaseFile {
+        DatabaseFile {
+            path: self.path.clone(),
+            #[cfg(test)]
+            vfs: self.vfs,
+        }
+    }
+}
+
+/// The database's path, and in tests the VFS to open it with.
+#[derive(Debug, Clone)]
+struct DatabaseFile {
+    path: PathBuf,
+    #[cfg(test)]
+    vfs: Option<&'static str>,
+}
+
+impl DatabaseFile {
+    fn open(&self, flags: OpenFlags) -> rusqlite::Result<Connection> {
+        #[cfg(test)]
+        if let Some(vfs) = self.vfs {
+            return Connection::open_with_flags_and_vfs(&self.path, flags, vfs);
+        }
+        Connection::open_with_flags(&self.path, flags)
     }
 }
 
@@ -58,7 +93,7 @@ pub struct SqliteStore {
 /// read finds one that is open, has read the schema and holds its prepared statements: opening one per read when many deliveries read their events back at
 /// once (a backlog beyond the memory budget) cost more than the reads themselves.
 struct ReadPool {
-    path: PathBuf,
+    database: DatabaseFile,
     idle: Mutex<Vec<Connection>>,
     permits: Arc<tokio::sync::Semaphore>,
 }
@@ -68,8 +103,7 @@ impl ReadPool {
         if let Some(conn) = self.idle.lock().expect("read pool lock").pop() {
             return Ok(conn);
         }
-        let conn = Connection::open_with_flags(
-            &self.path,
+        let conn = self.database.open(
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
         )?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
@@ -93,7 +127,7 @@ impl SqliteStore {
                 ))
             })?;
         }
-        let mut conn = open_writer_connection(&options.path)?;
+        let mut conn = open_writer_connection(&options.database())?;
         let uncapped_pages = conn.pragma_query_value(None, "max_page_count", |r| r.get::<_, i64>(0))?;
         let uncapped_pages = u64::try_from(uncapped_pages).unwrap_or(u64::MAX);
         // Migrations first: a cap below what the schema needs must not keep the gateway from
@@ -106,7 +140,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             writer,
             readers: Arc::new(ReadPool {
-                path: options.path.clone(),
+                database: options.database(),
                 idle: Mutex::new(Vec::new()),
                 permits: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1))),
             }),
@@ -178,8 +212,8 @@ enum Urgency {
     Wait,
 }
 
-fn open_writer_connection(path: &Path) -> StoreResult<Connection> {
-    let conn = Connection::open(path)?;
+fn open_writer_connection(database: &DatabaseFile) -> StoreResult<Connection> {
+    let conn = database.open(OpenFlags::default())?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     // WAL + FULL: a commit returns only after the WAL is fsync'd; readers never block the writer.
     conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))?;
@@ -1470,6 +1504,7 @@ impl Store for SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::sync::mpsc as std_mpsc;
     use std::time::Duration;
 
