@@ -35,6 +35,9 @@ pub(crate) enum Cut {
     /// At the n-th write to the database file itself. In WAL mode only a checkpoint writes
     /// there, so this cuts the power in the middle of one.
     AtDatabaseWrite(u64),
+    /// At the n-th sync of the WAL file: what was committed since the one before is then lost,
+    /// and must not have been acknowledged.
+    AtWalSync(u64),
     /// At the n-th operation after the first checkpoint's sync of the database file: among
     /// the writes that start the WAL over from its beginning, over frames already copied.
     AfterCheckpoint(u64),
@@ -61,6 +64,7 @@ pub(crate) struct DiskCounts {
     pub(crate) database_writes: u64,
     /// Syncs of the database file: one per checkpoint that wrote pages back.
     pub(crate) database_syncs: u64,
+    pub(crate) wal_syncs: u64,
     /// Operations since the first sync of the database file.
     pub(crate) after_checkpoint: u64,
 }
@@ -168,13 +172,15 @@ impl DiskState {
         match change {
             Change::Write { database: true } => counts.database_writes += 1,
             Change::Sync { database: true } => counts.database_syncs += 1,
-            _ => {}
+            Change::Sync { database: false } => counts.wal_syncs += 1,
+            Change::Write { database: false } | Change::Truncate => {}
         }
         let reached = match self.cut {
             Some(Cut::AtOperation(n)) => counts.operations >= n,
             Some(Cut::AtDatabaseWrite(n)) => {
                 change == Change::Write { database: true } && counts.database_writes >= n
             }
+            Some(Cut::AtWalSync(n)) => change == Change::Sync { database: false } && counts.wal_syncs >= n,
             Some(Cut::AfterCheckpoint(n)) => counts.after_checkpoint >= n,
             None => false,
         };
@@ -203,6 +209,24 @@ impl DiskState {
         }
         log.saved.push((offset, old));
     }
+}
+
+/// An fsync of `path` on a descriptor SQLite does not know (the writer's syncer): it makes
+/// every write to the file so far durable, whoever wrote it, as an fsync does. It fails once
+/// the power is off, and counts as an operation for the cut.
+pub(crate) fn sync_path(path: &Path) -> std::io::Result<()> {
+    let path = path.canonicalize()?;
+    let Some(disk) = Disk::covering(&path) else {
+        return Err(std::io::Error::other("the file is on no power-cut disk"));
+    };
+    let mut state = disk.lock();
+    if !state.may_change(Change::Sync { database: false }) {
+        return Err(std::io::Error::other("the power is off"));
+    }
+    if !state.ignores_syncs {
+        state.unsynced.remove(&path);
+    }
+    Ok(())
 }
 
 fn offset_u64(offset: i64) -> u64 {
@@ -236,12 +260,12 @@ struct OpenFile {
 }
 
 impl OpenFile {
-    fn new(path: PathBuf, words: usize, disk: Option<Arc<Disk>>, is_database: bool) -> OpenFile {
+    fn new(path: PathBuf, words: usize, is_database: bool) -> OpenFile {
         let real = Box::into_raw(vec![0u64; words].into_boxed_slice());
         OpenFile {
             real: std::ptr::NonNull::new(real).expect("a box is never null"),
             path,
-            disk,
+            disk: None,
             is_database,
         }
     }
@@ -353,19 +377,20 @@ unsafe extern "C" fn vfs_open(
         let path = path_of(name).unwrap_or_default();
         let logged =
             flags & (ffi::SQLITE_OPEN_MAIN_DB | ffi::SQLITE_OPEN_WAL | ffi::SQLITE_OPEN_MAIN_JOURNAL) != 0;
-        let disk = if logged { Disk::covering(&path) } else { None };
-        let open = Box::new(OpenFile::new(
-            path,
-            words,
-            disk,
-            flags & ffi::SQLITE_OPEN_MAIN_DB != 0,
-        ));
+        let mut open = Box::new(OpenFile::new(path, words, flags & ffi::SQLITE_OPEN_MAIN_DB != 0));
         let real_open = (*real_vfs).xOpen.expect("xOpen");
         let rc = real_open(real_vfs, name, open.real(), flags, out_flags);
         let wrapped = file.cast::<WrappedFile>();
         if rc != ffi::SQLITE_OK {
             (*wrapped).base.pMethods = std::ptr::null();
             return rc;
+        }
+        // The file exists now: its canonical path is the key `sync_path` finds it by.
+        if let Ok(canonical) = open.path.canonicalize() {
+            open.path = canonical;
+        }
+        if logged {
+            open.disk = Disk::covering(&open.path);
         }
         (*wrapped).base.pMethods = &IO_METHODS;
         (*wrapped).open = Box::into_raw(open);
@@ -376,15 +401,16 @@ unsafe extern "C" fn vfs_open(
 unsafe extern "C" fn vfs_delete(vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
     // SAFETY: forwarding SQLite's arguments to the default VFS.
     unsafe {
-        if let Some(disk) = path_of(name).as_deref().and_then(Disk::covering) {
+        let path = path_of(name).map(|p| p.canonicalize().unwrap_or(p));
+        if let Some(path) = path
+            && let Some(disk) = Disk::covering(&path)
+        {
             let mut state = disk.lock();
             if state.powered_off {
                 return ffi::SQLITE_IOERR_DELETE;
             }
             // A deleted file has nothing left to restore.
-            if let Some(path) = path_of(name) {
-                state.unsynced.remove(&path);
-            }
+            state.unsynced.remove(&path);
         }
         let real = real_vfs(vfs);
         (*real).xDelete.expect("xDelete")(real, name, sync_dir)

@@ -128,8 +128,9 @@ async fn run(cut: Cut, disk_ignores_syncs: bool) -> Run {
     }
 }
 
-/// The cuts: seeded operations across the whole run, one in a checkpoint, one in the writes
-/// that start the WAL over after a checkpoint.
+/// The cuts: seeded operations across the whole run; seeded fsyncs of the WAL, where what was
+/// committed since the previous one is lost; one in a checkpoint; one in the writes that start
+/// the WAL over after a checkpoint.
 fn cuts() -> Vec<Cut> {
     let mut cuts: Vec<Cut> = (1..=6)
         .map(|seed| {
@@ -137,6 +138,10 @@ fn cuts() -> Vec<Cut> {
             Cut::AtOperation(rng.random_range(40..=1500))
         })
         .collect();
+    cuts.extend((7..=9).map(|seed| {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        Cut::AtWalSync(rng.random_range(5..=100))
+    }));
     cuts.push(Cut::AtDatabaseWrite(20));
     cuts.push(Cut::AfterCheckpoint(30));
     cuts
