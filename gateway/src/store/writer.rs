@@ -390,8 +390,7 @@ mod tests {
         ran_rx.recv_timeout(Duration::from_secs(10)).unwrap();
         release.send(()).unwrap();
         first_rx.await.unwrap().unwrap();
-        // The first fsync may have begun before the second group's commit: the second waits
-        // for the next one.
+        // The first fsync began before the second group ran: the second waits for the next.
         sync_started.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(
             second_rx.try_recv().is_err(),
