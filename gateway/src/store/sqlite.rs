@@ -82,12 +82,17 @@ impl DatabaseFile {
     }
 
     /// The fsync of the WAL file for the writer's syncer, on a descriptor of its own. The
-    /// writer's connection keeps the WAL file open (SQLite deletes it only when the last
+    /// writer's connection `conn` keeps the WAL file open (SQLite deletes it only when the last
     /// connection closes), so the descriptor names the file SQLite writes for the store's
-    /// whole life; an fsync covers what any descriptor wrote to it. The WAL exists once the
-    /// writer's connection has read the database (the migrations did).
-    fn wal_sync(&self) -> StoreResult<writer::SyncWal> {
-        let mut wal_path = self.path.clone().into_os_string();
+    /// whole life; an fsync covers what any descriptor wrote to it. The WAL exists once `conn`
+    /// has read the database (the migrations did). Its name is the database's as SQLite
+    /// resolved it — symbolic links followed — with `-wal`.
+    fn wal_sync(&self, conn: &Connection) -> StoreResult<writer::SyncWal> {
+        let database = conn
+            .path()
+            .filter(|resolved| !resolved.is_empty())
+            .map_or_else(|| self.path.clone(), PathBuf::from);
+        let mut wal_path = database.into_os_string();
         wal_path.push("-wal");
         let wal_path = PathBuf::from(wal_path);
         let wal = std::fs::File::open(&wal_path).map_err(|e| {
@@ -163,7 +168,7 @@ impl SqliteStore {
         if let Some(max_bytes) = options.max_size_bytes {
             apply_size_limit(&conn, Some(max_bytes), uncapped_pages)?;
         }
-        let sync_wal = options.database().wal_sync()?;
+        let sync_wal = options.database().wal_sync(&conn)?;
         let writer = writer::spawn(
             conn,
             sync_wal,
@@ -1685,6 +1690,23 @@ mod tests {
         assert_eq!(pending_ids(&store).await.len(), accepted.len() - 1 + 21);
         store.close().await;
         assert_eq!(integrity(&path), "ok");
+    }
+
+    /// SQLite follows a symbolic link to the database and names the WAL after the file it
+    /// found; the fsync must reach that file.
+    #[tokio::test]
+    async fn a_database_reached_through_a_symbolic_link_commits_and_keeps_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        let link = dir.path().join("hookgate.db");
+        std::os::unix::fs::symlink(dir.path().join("data/real.db"), &link).unwrap();
+        let store = SqliteStore::open(SqliteOptions::new(&link)).unwrap();
+        store.ingest(batch("a", 10)).await.unwrap();
+        store.close().await;
+        drop(store);
+        let store = SqliteStore::open(SqliteOptions::new(&link)).unwrap();
+        assert_eq!(store.event("a", None).await.unwrap().len(), 1);
+        store.close().await;
     }
 
     #[tokio::test]
