@@ -4,7 +4,8 @@
 //! It wraps the platform's default VFS (unix). Writes go through to the real files at once, so
 //! reads need no overlay; what the VFS keeps is an *undo log* per file: before a write or a
 //! truncation changes bytes that the last `xSync` of that file made durable, it saves them. An
-//! `xSync` empties the file's log (everything in it is now durable). When the power is cut —
+//! `xSync` empties the file's log (everything in it is now durable), as does [`sync_path`], the
+//! store's own fsync of the WAL on a descriptor SQLite does not know. When the power is cut —
 //! at a chosen operation, so that a seed picks the same point on every run — that operation
 //! and every later write, truncation, sync or deletion fail with an I/O error, and
 //! [`Disk::restore_synced`] later plays the logs backwards, leaving each file as its last sync
