@@ -214,8 +214,8 @@ impl Metrics {
         self.histogram("hookgate_writer_batch_size", Vec::new())
     }
 
-    /// `hookgate_writer_commit_seconds`: how long one commit took (SQLite: a group of writes;
-    /// PostgreSQL: one transaction).
+    /// `hookgate_writer_commit_seconds`: how long one commit took (SQLite: a group of writes,
+    /// from its start to the fsync that covers it; PostgreSQL: one transaction).
     pub fn writer_commit(&self) -> Histogram {
         self.histogram("hookgate_writer_commit_seconds", Vec::new())
     }
