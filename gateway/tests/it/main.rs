@@ -31,6 +31,7 @@ mod health;
 mod idempotency;
 mod in_flight;
 mod ingest;
+mod js_transforms;
 mod late_rounds;
 mod metrics;
 mod ops;
