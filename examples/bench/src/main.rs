@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
-//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,plugins,postgres,brokers]
+//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,plugins,js,postgres,brokers]
 //!                                           [--postgres postgres://…]
 //!                                           [--nats URL --amqp URL --redis URL --mqtt URL]
 //! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
@@ -53,7 +53,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, filters, e2e, latency, lateness,
-    /// backlog, plugins, postgres, brokers, and faults (the cluster's fault runs, only when
+    /// backlog, plugins, js, postgres, brokers, and faults (the cluster's fault runs, only when
     /// named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -118,7 +118,8 @@ enum Hidden {
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "plugins", "postgres", "brokers", "faults",
+    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "plugins", "js", "postgres", "brokers",
+    "faults",
 ];
 
 fn main() -> ExitCode {
@@ -254,6 +255,7 @@ async fn run(args: Args) -> ExitCode {
             ("lateness", "scheduler lateness"),
             ("backlog", "backlog memory and restart"),
             ("plugins", "plugin overhead"),
+            ("js", "JavaScript transform beside cloudevents"),
             ("postgres", "PostgreSQL, ingest single c=64, 1 subscriber"),
             ("postgres", "PostgreSQL, end to end, single events"),
             ("postgres", "PostgreSQL, 1 node"),
@@ -293,6 +295,7 @@ async fn run(args: Args) -> ExitCode {
                 "scheduler lateness" => bench.lateness().await,
                 "backlog memory and restart" => bench.backlog().await,
                 "plugin overhead" => bench.plugins().await,
+                "JavaScript transform beside cloudevents" => bench.js_transform().await,
                 "end to end to each destination" => match &brokers {
                     Some(brokers) => bench.destinations(brokers).await,
                     None => Err(anyhow::anyhow!(
