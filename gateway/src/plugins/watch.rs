@@ -14,9 +14,9 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallError};
-use super::check::sample_input;
+use super::check::{broken_script, sample_input};
 use super::registry::{FileKind, JS_ENGINE, Loaded, PluginMap, plugin_files, script_sha256};
-use super::{FailureDetail, PluginHost, empty_config};
+use super::{PluginHost, empty_config};
 use crate::model::Timestamp;
 
 /// How long the watcher waits for a burst of folder events to settle before rescanning. A
@@ -312,13 +312,7 @@ impl PluginHost {
                 failure,
                 before_export: true,
             }) => anyhow::bail!("{}: {}", failure.detail, failure.message),
-            // The js engine answers `bad_config` for code that does not parse or defines no
-            // handler, whatever the input: such a file is broken, not refusing a sample.
-            Err(CallError { failure, .. })
-                if loaded.code.is_some()
-                    && failure.detail == FailureDetail::Plugin
-                    && failure.message.starts_with("bad_config:") =>
-            {
+            Err(CallError { failure, .. }) if broken_script(loaded, &failure) => {
                 anyhow::bail!("{}", failure.message)
             }
             Err(CallError { failure, .. }) => {

@@ -42,6 +42,7 @@ mod outbound_auth;
 mod outbound_tls;
 mod overview;
 mod plugin_bindings;
+mod plugin_new;
 mod plugins_e2e;
 mod policies;
 mod recovery;
