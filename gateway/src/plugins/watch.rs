@@ -83,7 +83,14 @@ impl PluginHost {
         for (name, path, _) in components {
             self.rescan_file(&mut scan, name, &path, None).await;
         }
-        self.load_bundled(&mut scan).await;
+        // A `.js` file overrides a bundled plugin of its name as a `.wasm` file does (but
+        // never the engine it runs on).
+        let overridden: HashSet<&str> = scripts
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .filter(|name| *name != JS_ENGINE)
+            .collect();
+        self.load_bundled(&mut scan, &overridden).await;
         for (name, path, _) in scripts {
             match scan.next.get(JS_ENGINE).cloned() {
                 Some(engine) => self.rescan_file(&mut scan, name, &path, Some(engine)).await,
@@ -96,9 +103,8 @@ impl PluginHost {
             current,
             mut next,
             present,
-            changed,
+            mut changed,
         } = scan;
-        let mut changed = changed;
         for name in current.keys() {
             if !present.contains(name) {
                 tracing::info!(plugin = %name, "plugin file deleted; plugin unloaded");
@@ -183,9 +189,9 @@ impl PluginHost {
 
     /// Serves the plugins built into the binary whose names no file in the folder took: a file
     /// overrides a bundled plugin, and when it goes the bundled one serves again.
-    async fn load_bundled(&self, scan: &mut Scan) {
+    async fn load_bundled(&self, scan: &mut Scan, overridden: &HashSet<&str>) {
         for (name, bytes) in &self.inner.bundled {
-            if !scan.present.insert(name.clone()) {
+            if overridden.contains(name.as_str()) || !scan.present.insert(name.clone()) {
                 continue;
             }
             let sha256: [u8; 32] = Sha256::digest(bytes).into();
