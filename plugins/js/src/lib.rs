@@ -93,7 +93,10 @@ impl Guest for Js {
         message: Message,
     ) -> Result<Outcome, PluginError> {
         let code = config::get("code").ok_or_else(|| {
-            error("bad_config", "the js plugin needs its JavaScript in config key `code`".into())
+            error(
+                "bad_config",
+                "the js plugin needs its JavaScript in config key `code`".into(),
+            )
         })?;
         COMPILED.with_borrow_mut(|slot| {
             if slot.as_ref().is_none_or(|compiled| compiled.code != code) {
@@ -123,7 +126,12 @@ fn compile(code: String) -> Result<Compiled, PluginError> {
         .get(js_string!("handler"), &mut context)
         .map_err(|e| error("js_error", thrown(e, &mut context)))?
         .as_callable()
-        .ok_or_else(|| error("bad_config", "the JavaScript defines no function `handler(webhook)`".into()))?;
+        .ok_or_else(|| {
+            error(
+                "bad_config",
+                "the JavaScript defines no function `handler(webhook)`".into(),
+            )
+        })?;
     Ok(Compiled {
         code,
         context,

@@ -20,6 +20,9 @@
 //! attribute writes the `Guest` implementation and the export. The contract and the limits:
 //! `docs/writing-a-plugin.md`.
 
+// wit-bindgen's generated export glue takes one argument per flattened WIT value.
+#![allow(clippy::too_many_arguments)]
+
 // The generated code names this crate by its path, from inside it too.
 extern crate self as hookgate_plugin;
 

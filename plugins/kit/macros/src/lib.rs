@@ -47,6 +47,7 @@ fn glue(item: TokenStream, world: &str, method: &str) -> TokenStream {
     let method = method.replace("NAME", &name);
     let glue = format!(
         "#[doc(hidden)]
+        #[allow(clippy::too_many_arguments)]
         mod __hookgate_plugin {{
             use ::hookgate_plugin::{world}::*;
             pub struct Plugin;
