@@ -209,3 +209,43 @@ async fn cost_per_call_beside_the_rust_transform() {
          js first call (instantiate and parse) {first:?}"
     );
 }
+
+/// A `.js` file runs on the bundled `js` plugin when the folder has no `js.wasm`, and
+/// overrides a bundled plugin of its name as a `.wasm` file does, until it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_js_file_runs_on_the_bundled_engine_and_overrides_a_bundled_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let bundled = ["js", "cloudevents"].map(|name| {
+        (
+            name.to_owned(),
+            Bytes::from(std::fs::read(built_plugin(name)).unwrap()),
+        )
+    });
+    let host = PluginHost::with_bundled(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        PluginLimits::default(),
+        Metrics::new(),
+        bundled.to_vec(),
+    )
+    .unwrap();
+    let b = binding("cloudevents", &[("source", "/shop")]);
+    let (_, body) = forwarded(host.transform(&b, transform_input(b"{}")).await.unwrap());
+    assert_eq!(body["specversion"], "1.0", "the bundled plugin serves");
+
+    let file = dir.path().join("cloudevents.js");
+    std::fs::write(
+        &file,
+        "function handler(w) { w.payload = { from: 'js' }; return w }",
+    )
+    .unwrap();
+    host.rescan().await.unwrap();
+    let (_, body) = forwarded(host.transform(&b, transform_input(b"{}")).await.unwrap());
+    assert_eq!(body, json!({"from": "js"}), "the file overrides it");
+
+    std::fs::remove_file(&file).unwrap();
+    host.rescan().await.unwrap();
+    let (_, body) = forwarded(host.transform(&b, transform_input(b"{}")).await.unwrap());
+    assert_eq!(body["specversion"], "1.0", "the bundled one is back");
+}
