@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The plugins of `plugins/` a binary with `bundled-plugins` serves without a plugin folder.
-const BUNDLED: [&str; 6] = [
+const BUNDLED: [&str; 7] = [
     "cloudevents",
     "decorrelated-jitter",
     "github-signature",
+    "js",
     "redact",
     "sns-envelope",
     "stripe-signature",

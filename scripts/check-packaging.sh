@@ -92,7 +92,7 @@ def start():
 proc = start()
 # The plugins of plugins/ are built into the shipping binary: the empty root serves them.
 loaded = {p["name"] for p in call("GET", "/v1/plugins")[1]["plugins"]}
-bundled = {"cloudevents", "decorrelated-jitter", "github-signature", "redact", "sns-envelope", "stripe-signature"}
+bundled = {"cloudevents", "decorrelated-jitter", "github-signature", "js", "redact", "sns-envelope", "stripe-signature"}
 assert bundled <= loaded, f"bundled plugins missing in the empty root: {bundled - loaded}"
 ids = []
 for n in range(200):

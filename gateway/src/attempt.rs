@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::EndpointConfig;
@@ -325,11 +325,12 @@ async fn prepare(
     }
     let mut body: Bytes = event.payload.clone();
 
+    let mut method = Method::POST;
     if let Some(binding) = &endpoint.transform
-        && let Some((new_headers, new_body)) =
+        && let Some((new_method, new_headers, new_body)) =
             transform(env, input, binding, &headers, &body, now, notes).await?
     {
-        (headers, body) = (new_headers, new_body);
+        (method, headers, body) = (new_method, new_headers, new_body);
     }
     let mut masked = Vec::with_capacity(endpoint.headers.len());
     for (name, value) in &endpoint.headers {
@@ -374,6 +375,7 @@ async fn prepare(
     }
     Ok(OutgoingMessage {
         destination: endpoint.destination.clone(),
+        method,
         message_id: event.id.clone(),
         headers,
         body,
@@ -402,8 +404,9 @@ fn add_svix_headers(headers: &mut HeaderMap, masked: &mut Vec<HeaderName>) {
     masked.push(HeaderName::from_static("svix-signature"));
 }
 
-/// Runs the transform on the request so far: `Ok(Some(..))` is the new base (headers the
-/// transform may set, and body), `Err` how the attempt ends instead (a drop or a failure).
+/// Runs the transform on the request so far: `Ok(Some(..))` is the new base (the method it
+/// chose, the headers it may set, and body), `Err` how the attempt ends instead (a drop or a
+/// failure).
 async fn transform(
     env: &AttemptEnv,
     input: &AttemptInput<'_>,
@@ -412,7 +415,7 @@ async fn transform(
     body: &Bytes,
     now: Timestamp,
     notes: &mut Notes,
-) -> Result<Option<(HeaderMap, Bytes)>, AttemptResult> {
+) -> Result<Option<(Method, HeaderMap, Bytes)>, AttemptResult> {
     let endpoint = input.endpoint;
     let answer = noted(
         env,
@@ -437,10 +440,12 @@ async fn transform(
         Ok(TransformResult::Forward {
             headers: new_headers,
             body: new_body,
-        }) => match header_map(&new_headers) {
-            Ok(map) => Ok(Some((plugin_headers::transform_answer(map), new_body))),
-            Err(detail) => Err(invalid_output(binding, detail)),
-        },
+        }) => {
+            let map = header_map(&new_headers).map_err(|detail| invalid_output(binding, detail))?;
+            let method =
+                plugin_headers::transform_method(&map).map_err(|detail| invalid_output(binding, detail))?;
+            Ok(Some((method, plugin_headers::transform_answer(map), new_body)))
+        }
         Ok(TransformResult::Drop { reason }) => Err(AttemptResult::Dropped { reason }),
         Err(failure) => Err(plugin_failed(failure)),
     }

@@ -471,10 +471,12 @@ fn yaml_blocks(markdown: &str) -> Vec<String> {
 fn every_config_in_the_plugin_guide_passes_config_check_as_it_is() {
     let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/writing-a-plugin.md");
     let blocks = yaml_blocks(&std::fs::read_to_string(guide).unwrap());
-    // The Rust walkthrough's and the Python walkthrough's, each binding its plugin.
-    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    // The Rust walkthrough's, the Python walkthrough's and the JavaScript transformation's,
+    // each binding its plugin.
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
     assert!(blocks[0].contains("plugin: team-header, config: { team: payments }"));
     assert!(blocks[1].contains("plugin: team-label, config: { team: payments }"));
+    assert!(blocks[2].contains("plugin: js\n      config:\n        code: |"));
     let dir = tempfile::tempdir().unwrap();
     for (i, block) in blocks.iter().enumerate() {
         let file = write(dir.path(), &format!("guide-{i}.yaml"), block);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
-//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,ordering,plugins,postgres,brokers]
+//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,ordering,plugins,js,postgres,brokers]
 //!                                           [--postgres postgres://…]
 //!                                           [--nats URL --amqp URL --redis URL --mqtt URL]
 //! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
@@ -54,8 +54,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, filters, e2e, latency, lateness,
-    /// backlog, ordering, plugins, postgres, brokers, and faults (the cluster's fault runs, only when
-    /// named).
+    /// backlog, ordering, plugins, js, postgres, brokers, and faults (the cluster's fault runs,
+    /// only when named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the results as JSON here.
@@ -119,7 +119,7 @@ enum Hidden {
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "ordering", "plugins", "postgres",
+    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "ordering", "plugins", "js", "postgres",
     "brokers", "faults",
 ];
 
@@ -258,6 +258,7 @@ async fn run(args: Args) -> ExitCode {
             ("ordering", "ordering keys at 1M waiting"),
             ("ordering", "PostgreSQL, ordering keys at 1M waiting"),
             ("plugins", "plugin overhead"),
+            ("js", "JavaScript transform beside cloudevents"),
             ("postgres", "PostgreSQL, ingest single c=64, 1 subscriber"),
             ("postgres", "PostgreSQL, end to end, single events"),
             ("postgres", "PostgreSQL, 1 node"),
@@ -302,6 +303,7 @@ async fn run(args: Args) -> ExitCode {
                     bench.ordering_keys(args.postgres.as_deref()).await
                 }
                 "plugin overhead" => bench.plugins().await,
+                "JavaScript transform beside cloudevents" => bench.js_transform().await,
                 "end to end to each destination" => match &brokers {
                     Some(brokers) => bench.destinations(brokers).await,
                     None => Err(anyhow::anyhow!(

@@ -872,73 +872,10 @@ impl Bench {
             std::fs::copy(wasm(name), plugin_dir.join(format!("{name}.wasm")))?;
         }
         let gw = self.start(&site, "plugins").await?;
-        let events = self.scale.plugin_events;
-        // CPU per delivery and deliveries/s (from the first request to the last delivery) of
-        // each topic, one value per measured round.
-        let mut cpu_samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        let mut rate_samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        // The plugin calls' own time (`hookgate_plugin_call_duration_seconds`, ns resolution)
-        // over the measured plugged rounds, and the deliveries it was spent on.
-        let (mut plugin_seconds, mut plugged_deliveries) = (0.0f64, 0u64);
-        // Warm both paths, then measure them alternately, three rounds each: a difference of
-        // two whole-process figures is noisy, and alternating spreads the machine's moods.
-        let rounds = ["plain", "plugged"]
-            .into_iter()
-            .cycle()
-            .take(2 * (1 + PLUGIN_ROUNDS));
-        for (i, topic) in rounds.enumerate() {
-            let measured = i >= 2;
-            let count = if measured { events } else { 200 };
-            let base = sink.answered_ok();
-            let calls_before = self
-                .histogram(&gw, "hookgate_plugin_call_duration_seconds")
-                .await?;
-            let cpu_before = gw.cpu_time()?;
-            let started = Instant::now();
-            let report = closed_loop(
-                &self.client,
-                &target(&gw, topic, 1024),
-                Shape::Batch(100),
-                4,
-                Stop::Requests(count / 100),
-            )
-            .await?;
-            ensure_no_errors(&report, topic)?;
-            let expected = base + report.deliveries;
-            wait_until(
-                "the plugin scenario's deliveries",
-                Duration::from_secs(300),
-                || sink.answered_ok() >= expected,
-            )
-            .await?;
-            if sink.stats().answered_error > 0 {
-                bail!("the sink refused deliveries of `{topic}`");
-            }
-            if measured {
-                rate_samples[i % 2].push(report.deliveries as f64 / started.elapsed().as_secs_f64());
-                let cpu = (gw.cpu_time()? - cpu_before).as_secs_f64() * 1e6 / report.deliveries as f64;
-                cpu_samples[i % 2].push(cpu);
-                if topic == "plugged" {
-                    let calls = self
-                        .histogram(&gw, "hookgate_plugin_call_duration_seconds")
-                        .await?
-                        .since(&calls_before);
-                    if calls.count() != 2 * report.deliveries {
-                        bail!(
-                            "{} plugin calls for {} plugged deliveries, expected two each",
-                            calls.count(),
-                            report.deliveries
-                        );
-                    }
-                    plugin_seconds += calls.sum;
-                    plugged_deliveries += report.deliveries;
-                }
-            }
-        }
+        let measured = self.alternate(&gw, &sink, ["plain", "plugged"], [0, 2]).await?;
         gw.stop().await?;
-        let cpu_per_delivery = cpu_samples.map(|samples| crate::report::median(&samples));
-        let rates = rate_samples.map(|samples| crate::report::median(&samples));
-        let plugin_us = plugin_seconds * 1e6 / plugged_deliveries.max(1) as f64;
+        let (cpu_per_delivery, rates) = (measured.cpu_us, measured.rates);
+        let plugin_us = measured.plugin_us[1];
         let overhead = cpu_per_delivery[1] - cpu_per_delivery[0];
         self.say(&format!(
             "gateway CPU per 1 KiB delivery: {:.1} µs without plugins, {:.1} µs with transform + signer; \
@@ -1003,7 +940,188 @@ impl Bench {
         );
         Ok(())
     }
+
+    /// 1 KiB deliveries to two topics, warmed once each and then measured alternately,
+    /// [`PLUGIN_ROUNDS`] rounds each: a difference of two whole-process figures is noisy, and
+    /// alternating spreads the machine's moods. `calls` is how many plugin calls one delivery
+    /// of each topic makes (checked against the call histogram; 0 for none).
+    async fn alternate(
+        &mut self,
+        gw: &GatewayProcess,
+        sink: &Sink,
+        topics: [&str; 2],
+        calls: [u64; 2],
+    ) -> anyhow::Result<Alternated> {
+        let events = self.scale.plugin_events;
+        let mut cpu_samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut rate_samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        // The plugin calls' own time (`hookgate_plugin_call_duration_seconds`, ns resolution)
+        // and the deliveries it was spent on, per topic.
+        let mut plugin_seconds = [0.0f64; 2];
+        let mut deliveries = [0u64; 2];
+        for i in 0..2 * (1 + PLUGIN_ROUNDS) {
+            let (side, topic, measured) = (i % 2, topics[i % 2], i >= 2);
+            let count = if measured { events } else { 200 };
+            let base = sink.answered_ok();
+            let calls_before = self
+                .histogram(gw, "hookgate_plugin_call_duration_seconds")
+                .await?;
+            let cpu_before = gw.cpu_time()?;
+            let started = Instant::now();
+            let report = closed_loop(
+                &self.client,
+                &target(gw, topic, 1024),
+                Shape::Batch(100),
+                4,
+                Stop::Requests(count / 100),
+            )
+            .await?;
+            ensure_no_errors(&report, topic)?;
+            let expected = base + report.deliveries;
+            wait_until(
+                "the plugin scenario's deliveries",
+                Duration::from_secs(300),
+                || sink.answered_ok() >= expected,
+            )
+            .await?;
+            if sink.stats().answered_error > 0 {
+                bail!("the sink refused deliveries of `{topic}`");
+            }
+            if !measured {
+                continue;
+            }
+            rate_samples[side].push(report.deliveries as f64 / started.elapsed().as_secs_f64());
+            let cpu = (gw.cpu_time()? - cpu_before).as_secs_f64() * 1e6 / report.deliveries as f64;
+            cpu_samples[side].push(cpu);
+            let made = self
+                .histogram(gw, "hookgate_plugin_call_duration_seconds")
+                .await?
+                .since(&calls_before);
+            if made.count() != calls[side] * report.deliveries {
+                bail!(
+                    "{} plugin calls for {} deliveries of `{topic}`, expected {} each",
+                    made.count(),
+                    report.deliveries,
+                    calls[side]
+                );
+            }
+            plugin_seconds[side] += made.sum;
+            deliveries[side] += report.deliveries;
+        }
+        Ok(Alternated {
+            rates: rate_samples.map(|samples| crate::report::median(&samples)),
+            cpu_us: cpu_samples.map(|samples| crate::report::median(&samples)),
+            plugin_us: [0, 1].map(|side| plugin_seconds[side] * 1e6 / deliveries[side].max(1) as f64),
+        })
+    }
+
+    /// The same 1 KiB deliveries through the Rust `cloudevents` transform and through a
+    /// JavaScript transformation of the same shape (an envelope around the payload, a header)
+    /// run by the bundled `js` plugin: what a Svix-style script costs beside compiled Rust.
+    pub(crate) async fn js_transform(&mut self) -> anyhow::Result<()> {
+        let wasm = |name: &str| self.plugin_build.join(format!("{name}.wasm"));
+        for name in ["cloudevents", "js"] {
+            if !wasm(name).exists() {
+                bail!(
+                    "{} is not built: run `cargo build --release` in plugins/ first",
+                    wasm(name).display()
+                );
+            }
+        }
+        let sink = Sink::start(SinkOptions::loopback()).await?;
+        let yaml = format!(
+            "topics:\n  ce: {{}}\n  js: {{}}\nendpoints:\n  \
+             ce:\n    url: '{}'\n    topics: [ce]\n    secret: {SECRET}\n    \
+             transform: {{plugin: cloudevents, config: {{source: /bench}}}}\n  \
+             js:\n    url: '{}'\n    topics: [js]\n    secret: {SECRET}\n    \
+             transform: {{plugin: envelope}}\n",
+            sink.url("/ce"),
+            sink.url("/js")
+        );
+        let site = Site::new(&self.work_root, &yaml)?;
+        let plugin_dir = site.dir.path().join("plugins");
+        std::fs::create_dir_all(&plugin_dir)?;
+        for name in ["cloudevents", "js"] {
+            std::fs::copy(wasm(name), plugin_dir.join(format!("{name}.wasm")))?;
+        }
+        std::fs::write(plugin_dir.join("envelope.js"), JS_ENVELOPE)?;
+        let gw = self.start(&site, "js").await?;
+        let measured = self.alternate(&gw, &sink, ["ce", "js"], [1, 1]).await?;
+        gw.stop().await?;
+        let [ce, js] = measured.plugin_us;
+        self.say(&format!(
+            "per 1 KiB delivery: the cloudevents transform's call {ce:.1} µs, the JavaScript one's {js:.1} µs; \
+             gateway CPU {:.1} µs and {:.1} µs; {:.0} and {:.0} deliveries/s",
+            measured.cpu_us[0], measured.cpu_us[1], measured.rates[0], measured.rates[1]
+        ));
+        let r = &mut self.results;
+        r.record(
+            "js_rate_cloudevents",
+            "end to end, 1 KiB, batches of 100, Rust cloudevents transform",
+            "deliveries/s",
+            measured.rates[0],
+            None,
+        );
+        r.record(
+            "js_rate_js",
+            "end to end, 1 KiB, batches of 100, JavaScript transform",
+            "deliveries/s",
+            measured.rates[1],
+            None,
+        );
+        r.record(
+            "js_cpu_cloudevents",
+            "gateway CPU per 1 KiB delivery, Rust cloudevents transform",
+            "µs",
+            measured.cpu_us[0],
+            None,
+        );
+        r.record(
+            "js_cpu_js",
+            "gateway CPU per 1 KiB delivery, JavaScript transform",
+            "µs",
+            measured.cpu_us[1],
+            None,
+        );
+        r.record(
+            "js_call_cloudevents",
+            "cloudevents transform call per delivery",
+            "µs",
+            ce,
+            None,
+        );
+        r.record(
+            "js_call_js",
+            "JavaScript transform call per delivery",
+            "µs",
+            js,
+            None,
+        );
+        Ok(())
+    }
 }
+
+/// What [`Bench::alternate`] measured, per topic: the median deliveries/s and gateway CPU µs
+/// per delivery over the rounds, and the plugin calls' own µs per delivery.
+struct Alternated {
+    rates: [f64; 2],
+    cpu_us: [f64; 2],
+    plugin_us: [f64; 2],
+}
+
+/// The JavaScript the `js` scenario runs: an envelope like the cloudevents transform's.
+const JS_ENVELOPE: &str = r#"function handler(webhook) {
+  webhook.payload = {
+    specversion: "1.0",
+    type: webhook.eventType,
+    source: "/bench",
+    datacontenttype: "application/json",
+    data: webhook.payload,
+  };
+  webhook.headers["content-type"] = "application/cloudevents+json; charset=utf-8";
+  return webhook;
+}
+"#;
 
 /// `1 000 000`, `100 000`.
 pub(crate) fn fmt_count(n: u64) -> String {

@@ -1,5 +1,5 @@
 //! The `hookgate` command line (README "Command line"): `serve`, `config check|schema`, `policy
-//! preview`, `plugin check`, and the operator commands that talk to a running gateway's API.
+//! preview`, `plugin check|new`, and the operator commands that talk to a running gateway's API.
 
 mod import;
 
@@ -15,6 +15,7 @@ macro_rules! say {
 }
 
 mod migrate;
+mod new_plugin;
 mod ops;
 
 use std::path::{Path, PathBuf};
@@ -85,7 +86,7 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
-    /// Inspect WebAssembly plugins.
+    /// Check plugins, or start a new one.
     Plugin {
         #[command(subcommand)]
         command: PluginCommand,
@@ -175,12 +176,27 @@ enum PluginCommand {
     /// Compile and validate a plugin, print its world, imports, size and compile time, and run
     /// it once on a sample input.
     Check {
-        /// The plugin, a `.wasm` WebAssembly component.
+        /// The plugin: a `.wasm` WebAssembly component, or a `.js` transformation for the
+        /// `js` plugin (the bundled one, or `js.wasm` beside the file).
         file: PathBuf,
         /// A config entry for the sample call, as a binding's `config` would give it
         /// (`--config team=payments`); repeat for more. Lists and maps as JSON text.
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_config_entry)]
         config: Vec<(String, String)>,
+    },
+    /// Write a new plugin project into folder NAME: a Rust crate on the plugin kit, a Python
+    /// app for componentize-py, or a JavaScript transformation; it builds and passes `plugin
+    /// check` as written.
+    New {
+        /// The plugin's name (lower-case letters, digits and `-`).
+        name: String,
+        #[arg(long, value_enum)]
+        kind: new_plugin::Kind,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: new_plugin::Lang,
+        /// Where to create the folder NAME.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
     },
 }
 
@@ -313,6 +329,26 @@ fn run(cli: Cli) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("{}: {e:#}", file.display());
+                ExitCode::FAILURE
+            }
+        },
+        Command::Plugin {
+            command:
+                PluginCommand::New {
+                    name,
+                    kind,
+                    lang,
+                    dir,
+                },
+        } => match new_plugin::write(&dir, &name, kind, lang) {
+            Ok(files) => {
+                for file in files {
+                    say!("{}", file.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hookgate plugin new: {e:#}");
                 ExitCode::FAILURE
             }
         },

@@ -15,7 +15,7 @@ use http::header::{
     TRANSFER_ENCODING, UPGRADE, USER_AGENT,
 };
 use http::uri::Scheme;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -308,7 +308,7 @@ impl HttpSender {
             headers.insert(AUTHORIZATION, value);
         }
         let mut request = Request::new(Full::new(req.body.clone()));
-        *request.method_mut() = Method::POST;
+        *request.method_mut() = req.method.clone();
         *request.uri_mut() = url.clone();
         *request.headers_mut() = headers;
         request

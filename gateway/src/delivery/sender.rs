@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, Method};
 use ipnet::IpNet;
 
 use super::amqp::AmqpSender;
@@ -52,6 +52,8 @@ pub struct SenderOptions {
 /// (HTTP headers, NATS headers, AMQP headers, stream fields or MQTT user properties).
 pub struct OutgoingMessage {
     pub destination: Destination,
+    /// The HTTP method: `POST`, unless a transform chose `PUT` or `PATCH`. Brokers ignore it.
+    pub method: Method,
     /// The event's id: JetStream's `Nats-Msg-Id` and AMQP's `message-id`.
     pub message_id: String,
     pub headers: HeaderMap,
@@ -74,6 +76,7 @@ impl fmt::Debug for OutgoingMessage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OutgoingMessage")
             .field("destination", &self.destination)
+            .field("method", &self.method)
             .field("header_names", &self.headers.keys().collect::<Vec<_>>())
             .field("body_len", &self.body.len())
             .field("timeout", &self.timeout)

@@ -237,6 +237,7 @@ fn request(url: Uri) -> OutgoingMessage {
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     OutgoingMessage {
         destination: Destination::Http(url),
+        method: ::http::Method::POST,
         message_id: "msg_1".to_owned(),
         headers,
         body: Bytes::from_static(br#"{"n":1}"#),

@@ -10,9 +10,9 @@ use super::bindings::{DeliveryInfo, EndpointInfo, EventInfo, Message, RetryConte
 use super::call::{self, CallInput, CallOutput};
 use super::host::crypto::SigningKey;
 use super::limits::PluginEngine;
-use super::registry::Compiler;
-use super::{PluginFailure, PluginLimits, World, empty_config};
-use crate::model::Secret;
+use super::registry::{Compiler, JS_ENGINE, Loaded};
+use super::{FailureDetail, PluginFailure, PluginLimits, World, empty_config};
+use crate::model::{PluginBinding, Secret};
 
 /// The sample request check and load-time validation run a plugin on: a small JSON event.
 pub(crate) const SAMPLE_BODY: &[u8] =
@@ -181,19 +181,27 @@ pub fn check_file_with_config(
         .and_then(|n| n.to_str())
         .ok_or_else(|| anyhow::anyhow!("{} has no file name", path.display()))?;
     let started = Instant::now();
-    let loaded = Arc::new(
-        compiler
-            .compile(file_name, &bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?,
-    );
+    let loaded = match file_name.strip_suffix(".js") {
+        Some(name) => {
+            let js = compiler
+                .compile(JS_ENGINE, &js_engine(path)?)
+                .map_err(|e| anyhow::anyhow!("the js plugin: {e:#}"))?;
+            compiler.script(&js, &PluginBinding::normalize_name(name), bytes)
+        }
+        None => compiler.compile(file_name, &bytes),
+    };
+    let loaded = Arc::new(loaded.map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?);
     let compile_time = started.elapsed();
     let (input, keys) = sample_input(loaded.world);
     let started = Instant::now();
-    let result = block_on_side(call::run(&engine, &loaded, limits, config, keys, input, None))?.result;
+    let config = loaded.call_config(config);
+    let result = block_on_side(call::run(&engine, &loaded, limits, &config, keys, input, None))?.result;
     let sample_time = started.elapsed();
     let sample = match result {
         Ok(output) => Ok(describe(&output)),
-        Err(e) if e.before_export => anyhow::bail!("{}: {}", path.display(), e.failure),
+        Err(e) if e.before_export || broken_script(&loaded, &e.failure) => {
+            anyhow::bail!("{}: {}", path.display(), e.failure)
+        }
         Err(e) => Err(e.failure),
     };
     Ok(CheckReport {
@@ -207,6 +215,34 @@ pub fn check_file_with_config(
         sample,
         sample_time,
     })
+}
+
+/// Whether a `.js` plugin's call failed because its code is broken (does not parse, defines
+/// no handler): the `js` plugin answers `bad_config` for that whatever the input, so such a
+/// file is refused at load, not merely failing a sample.
+pub(crate) fn broken_script(loaded: &Loaded, failure: &PluginFailure) -> bool {
+    loaded.code.is_some()
+        && failure.detail == FailureDetail::Plugin
+        && failure.message.starts_with("bad_config:")
+}
+
+/// The `js` component that runs a `.js` file under check: the bundled one, else `js.wasm`
+/// beside the file (as in a plugin folder, where it also wins over the bundled one).
+fn js_engine(script: &Path) -> anyhow::Result<Vec<u8>> {
+    let beside = script.with_file_name(format!("{JS_ENGINE}.wasm"));
+    if beside.exists() {
+        return std::fs::read(&beside).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", beside.display()));
+    }
+    match super::bundled::BUNDLED
+        .iter()
+        .find(|(name, _)| *name == JS_ENGINE)
+    {
+        Some((_, bytes)) => Ok(bytes.to_vec()),
+        None => anyhow::bail!(
+            "a .js plugin runs on the `{JS_ENGINE}` plugin: this binary has no bundled plugins, and there is no {} beside the file",
+            beside.display()
+        ),
+    }
 }
 
 /// A one-line summary of an answer, with header values shown as text where they are.

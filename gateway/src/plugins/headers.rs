@@ -8,11 +8,14 @@
 //! - A transform's answer loses the gateway's own names (`webhook-*` standard headers,
 //!   `hookgate-*`, `traceparent`); the endpoint's configured headers and the standard headers
 //!   are set after it and win.
+//! - A transform chooses the request's method with a `hookgate-method` header in its answer:
+//!   `POST` (the default), `PUT` or `PATCH`, methods that carry a body, so that the
+//!   receiver still gets the message; the header itself is never sent.
 //! - A signer only adds: a name the request already has (the endpoint's configured headers,
 //!   `content-type`, the standard headers), a standard name even when absent (`webhook-*`,
 //!   `hookgate-*`) and `authorization` are refused, and the attempt fails.
 
-use http::{HeaderMap, HeaderName, header};
+use http::{HeaderMap, HeaderName, Method, header};
 
 /// Headers dropped from every plugin answer: hop-by-hop and framing headers, which only the
 /// gateway's HTTP client may write, and `expect`, which would make the receiver wait for a
@@ -65,6 +68,31 @@ pub fn transform_answer(headers: HeaderMap) -> HeaderMap {
         headers.remove(name);
     }
     headers
+}
+
+/// The header in a transform's answer that chooses the request's method.
+pub const METHOD: HeaderName = HeaderName::from_static("hookgate-method");
+
+/// The method a transform's answer chooses: `POST` without a `hookgate-method` header, else
+/// its value (`PUT`, `PATCH`, any case), or what is wrong with it.
+pub fn transform_method(headers: &HeaderMap) -> Result<Method, String> {
+    let mut values = headers.get_all(METHOD).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return match headers.contains_key(METHOD) {
+            true => Err("it answered more than one `hookgate-method` header".to_owned()),
+            false => Ok(Method::POST),
+        };
+    };
+    let name = value.to_str().unwrap_or("").trim().to_ascii_uppercase();
+    match name.as_str() {
+        "POST" => Ok(Method::POST),
+        "PUT" => Ok(Method::PUT),
+        "PATCH" => Ok(Method::PATCH),
+        _ => Err(format!(
+            "it answered method `{}`; a transform may choose POST, PUT or PATCH",
+            String::from_utf8_lossy(value.as_bytes())
+        )),
+    }
 }
 
 /// A signer's answer that names a header it may not set.
@@ -158,6 +186,28 @@ mod tests {
             ("x-custom", "1"),
         ]);
         assert_eq!(names(&transform_answer(answer)), ["authorization", "x-custom"]);
+    }
+
+    #[test]
+    fn a_transform_chooses_post_put_or_patch() {
+        assert_eq!(transform_method(&map(&[("x", "1")])), Ok(Method::POST));
+        assert_eq!(
+            transform_method(&map(&[("hookgate-method", "put")])),
+            Ok(Method::PUT)
+        );
+        assert_eq!(
+            transform_method(&map(&[("Hookgate-Method", "PATCH")])),
+            Ok(Method::PATCH)
+        );
+        assert!(transform_method(&map(&[("hookgate-method", "GET")])).is_err());
+        assert!(transform_method(&map(&[("hookgate-method", "DELETE")])).is_err());
+        let twice = map(&[("hookgate-method", "PUT"), ("hookgate-method", "PUT")]);
+        assert!(transform_method(&twice).is_err());
+        // The header itself is the gateway's and never sent.
+        assert_eq!(
+            names(&transform_answer(map(&[("hookgate-method", "PUT")]))),
+            [] as [&str; 0]
+        );
     }
 
     #[test]

@@ -673,11 +673,12 @@ impl PluginHost {
         let _own_permit = own_slots.semaphore.acquire().await.map_err(shutting_down)?;
         let _permit = self.inner.calls.acquire().await.map_err(shutting_down)?;
         let started = std::time::Instant::now();
+        let config = loaded.call_config(&binding.config);
         let key = input.endpoint().map(|endpoint| BindingKey {
             load_id: loaded.load_id,
             endpoint_name: &endpoint.name,
             endpoint_url: &endpoint.url,
-            config: &binding.config,
+            config: &config,
         });
         let idle = key.as_ref().and_then(|key| self.inner.pool.take(key));
         if idle.is_none() {
@@ -689,14 +690,14 @@ impl PluginHost {
             &self.inner.engine,
             &loaded,
             &self.inner.limits,
-            &binding.config,
+            &config,
             keys,
             input,
             idle,
         )
         .await;
         if let (Some(instance), Some(endpoint)) = (reusable, owned_key) {
-            self.give_back(&name, &loaded, binding, endpoint, instance);
+            self.give_back(&name, &loaded, &config, endpoint, instance);
         }
         let outcome = match &result {
             Ok(_) => "ok",
@@ -720,7 +721,7 @@ impl PluginHost {
         &self,
         name: &str,
         loaded: &Loaded,
-        binding: &PluginBinding,
+        config: &BTreeMap<String, String>,
         (endpoint_name, endpoint_url): (String, String),
         instance: call::PluginInstance,
     ) {
@@ -733,7 +734,7 @@ impl PluginHost {
                     load_id: loaded.load_id,
                     endpoint_name: &endpoint_name,
                     endpoint_url: &endpoint_url,
-                    config: &binding.config,
+                    config,
                 },
                 instance,
             );

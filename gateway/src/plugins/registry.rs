@@ -4,7 +4,8 @@
 //! `Loaded` off to the side and swaps the whole map, so calls already running keep the
 //! version they started with and never see a half-loaded plugin.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,6 +41,30 @@ pub(crate) struct Loaded {
     pub(crate) pre: InstancePre<CallState>,
     /// The world's export, looked up once: instances type-check it by index, not by name.
     pub(crate) export: ComponentExportIndex,
+    /// For a plugin made from a `.js` file: its JavaScript, which every call of the `js`
+    /// component it runs on gets as config key `code` (over any `code` the binding sets).
+    pub(crate) code: Option<Arc<str>>,
+}
+
+/// The plugin whose component runs the `.js` files of the plugin folder.
+pub(crate) const JS_ENGINE: &str = "js";
+
+impl Loaded {
+    /// The config a call of this plugin runs with: the binding's, and for a `.js` plugin its
+    /// code as `code`.
+    pub(crate) fn call_config<'a>(
+        &self,
+        binding: &'a BTreeMap<String, String>,
+    ) -> Cow<'a, BTreeMap<String, String>> {
+        match &self.code {
+            None => Cow::Borrowed(binding),
+            Some(code) => {
+                let mut config = binding.clone();
+                config.insert("code".to_owned(), code.to_string());
+                Cow::Owned(config)
+            }
+        }
+    }
 }
 
 /// The export each world's plugins must have, by name.
@@ -199,6 +224,39 @@ impl Compiler {
             from_cache,
             pre,
             export,
+            code: None,
+        })
+    }
+
+    /// Plugin `name` made from a `.js` file holding `code`: the `engine` component (the `js`
+    /// plugin, which must be a transform) with that code. Nothing is compiled: the instances
+    /// are the engine's, and the code is parsed in each instance on its first call. The
+    /// version is the SHA-256 of the engine's and the code's, so a new engine or new code is a
+    /// new version.
+    pub(crate) fn script(&self, engine: &Loaded, name: &str, code: Vec<u8>) -> anyhow::Result<Loaded> {
+        if engine.world != World::Transformer {
+            anyhow::bail!(
+                "the `{JS_ENGINE}` plugin that runs .js files is a {}, not a transformer",
+                engine.world
+            );
+        }
+        let size_bytes = code.len() as u64;
+        let sha256 = script_sha256(engine, &code);
+        let code = String::from_utf8(code).map_err(|_| anyhow::anyhow!("the JavaScript is not UTF-8"))?;
+        Ok(Loaded {
+            load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
+            name: name.to_owned(),
+            world: engine.world,
+            sha256,
+            version: Arc::from(&hex::encode(sha256)[..12]),
+            size_bytes,
+            loaded_at: Timestamp::from_system_time(std::time::SystemTime::now()),
+            imports: engine.imports.clone(),
+            compile_time: Duration::ZERO,
+            from_cache: true,
+            pre: engine.pre.clone(),
+            export: engine.export,
+            code: Some(Arc::from(code)),
         })
     }
 
@@ -248,12 +306,27 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The identity of a `.js` plugin: the SHA-256 of its engine's SHA-256 and its code.
+pub(crate) fn script_sha256(engine: &Loaded, code: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(engine.sha256);
+    hasher.update(code);
+    hasher.finalize().into()
+}
+
 /// The loaded plugins by (normalized) name.
 pub(crate) type PluginMap = HashMap<String, Arc<Loaded>>;
 
-/// The `*.wasm` files of `dir` by normalized plugin name. Hidden files (editors' and copy
-/// tools' temporaries) are skipped.
-pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+/// A file of the plugin folder: a component, or JavaScript for the `js` plugin to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum FileKind {
+    Wasm,
+    Js,
+}
+
+/// The `*.wasm` and `*.js` files of `dir` by normalized plugin name (`foo.js` is plugin
+/// `foo`). Hidden files (editors' and copy tools' temporaries) are skipped.
+pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, FileKind)>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -261,13 +334,16 @@ pub(crate) fn plugin_files(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>
         let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        if file_name.starts_with('.') || path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+        let kind = match path.extension().and_then(|e| e.to_str()) {
+            Some("wasm") => FileKind::Wasm,
+            Some("js") => FileKind::Js,
+            _ => continue,
+        };
+        if file_name.starts_with('.') || entry.file_type()?.is_dir() {
             continue;
         }
-        if entry.file_type()?.is_dir() {
-            continue;
-        }
-        files.push((PluginBinding::normalize_name(file_name), path));
+        let stem = file_name.trim_end_matches(".js");
+        files.push((PluginBinding::normalize_name(stem), path, kind));
     }
     files.sort();
     Ok(files)

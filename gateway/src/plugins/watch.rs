@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::call::{self, CallError};
-use super::check::sample_input;
-use super::registry::{Loaded, PluginMap, plugin_files};
+use super::check::{broken_script, sample_input};
+use super::registry::{FileKind, JS_ENGINE, Loaded, PluginMap, plugin_files, script_sha256};
 use super::{PluginHost, empty_config};
 use crate::model::Timestamp;
 
@@ -70,56 +70,41 @@ impl PluginHost {
         let files = plugin_files(dir)
             .map_err(|e| anyhow::anyhow!("cannot read the plugin folder {}: {e}", dir.display()))?;
         let current = self.inner.registry.load_full();
-        let mut next = (*current).clone();
-        let mut changed = false;
-        let mut present = HashSet::new();
-
-        for (name, path) in files {
-            if !present.insert(name.clone()) {
-                tracing::warn!(file = %path.display(), plugin = %name, "two files name the same plugin (`-` and `_` count as the same); ignoring this one");
-                continue;
-            }
-            let Some(bytes) = self.read_file(&name, &path, &mut changed).await else {
-                continue;
-            };
-            let sha256: [u8; 32] = Sha256::digest(&bytes).into();
-            if current.get(&name).is_some_and(|l| l.sha256 == sha256) {
-                continue;
-            }
-            if self.rejected_before(&name, &sha256) {
-                continue;
-            }
-            match self.load(&name, bytes).await {
-                Ok(loaded) => {
-                    tracing::info!(
-                        plugin = %name, world = %loaded.world, version = %loaded.version,
-                        compile_ms = loaded.compile_time.as_millis() as u64, from_cache = loaded.from_cache,
-                        replaced = current.contains_key(&name),
-                        "plugin loaded"
-                    );
-                    self.forget_rejection(&name);
-                    next.insert(name, Arc::new(loaded));
-                    changed = true;
-                }
-                Err(e) => {
-                    match current.get(&name) {
-                        Some(old) => tracing::warn!(
-                            file = %path.display(), plugin = %name, serving = %old.version,
-                            "plugin file rejected, the previous version keeps serving: {e:#}"
-                        ),
-                        None => tracing::warn!(
-                            file = %path.display(), plugin = %name,
-                            "plugin file rejected, the plugin is not loaded: {e:#}"
-                        ),
-                    }
-                    self.inner.metrics.plugin_reload_failures().increment(1);
-                    self.remember_rejection(&name, sha256, format!("{e:#}"));
-                    changed = true;
+        let mut scan = Scan {
+            next: (*current).clone(),
+            current,
+            present: HashSet::new(),
+            changed: false,
+        };
+        // Components first, the bundled ones next: a `.js` file runs on the `js` component.
+        let (components, scripts): (Vec<_>, Vec<_>) = files
+            .into_iter()
+            .partition(|(_, _, kind)| *kind == FileKind::Wasm);
+        for (name, path, _) in components {
+            self.rescan_file(&mut scan, name, &path, None).await;
+        }
+        // A `.js` file overrides a bundled plugin of its name as a `.wasm` file does (but
+        // never the engine it runs on).
+        let overridden: HashSet<&str> = scripts
+            .iter()
+            .map(|(name, _, _)| name.as_str())
+            .filter(|name| *name != JS_ENGINE)
+            .collect();
+        self.load_bundled(&mut scan, &overridden).await;
+        for (name, path, _) in scripts {
+            match scan.next.get(JS_ENGINE).cloned() {
+                Some(engine) => self.rescan_file(&mut scan, name, &path, Some(engine)).await,
+                None => {
+                    tracing::warn!(file = %path.display(), "a .js plugin needs the `{JS_ENGINE}` plugin to run it, and none is loaded (bundled, or {JS_ENGINE}.wasm in the folder); ignoring the file");
                 }
             }
         }
-        self.load_bundled(&current, &mut next, &mut present, &mut changed)
-            .await;
+        let Scan {
+            current,
+            mut next,
+            present,
+            mut changed,
+        } = scan;
         for name in current.keys() {
             if !present.contains(name) {
                 tracing::info!(plugin = %name, "plugin file deleted; plugin unloaded");
@@ -143,28 +128,81 @@ impl PluginHost {
         Ok(())
     }
 
+    /// Loads plugin `name` from the file at `path` into `scan.next` when it changed: a
+    /// component, or with `engine` the JavaScript that engine runs. A file that fails keeps
+    /// the previous version serving.
+    async fn rescan_file(
+        &self,
+        scan: &mut Scan,
+        name: String,
+        path: &std::path::Path,
+        engine: Option<Arc<Loaded>>,
+    ) {
+        if !scan.present.insert(name.clone()) {
+            tracing::warn!(file = %path.display(), plugin = %name, "two files name the same plugin (`-` and `_` count as the same, foo.wasm and foo.js are both `foo`); ignoring this one");
+            return;
+        }
+        let Some(bytes) = self.read_file(&name, path, &mut scan.changed).await else {
+            return;
+        };
+        let sha256 = match &engine {
+            None => Sha256::digest(&bytes).into(),
+            Some(engine) => script_sha256(engine, &bytes),
+        };
+        if scan.current.get(&name).is_some_and(|l| l.sha256 == sha256) || self.rejected_before(&name, &sha256)
+        {
+            return;
+        }
+        let loaded = match engine {
+            None => self.load(&name, bytes).await,
+            Some(engine) => self.load_script(&engine, &name, bytes).await,
+        };
+        match loaded {
+            Ok(loaded) => {
+                tracing::info!(
+                    plugin = %name, world = %loaded.world, version = %loaded.version,
+                    compile_ms = loaded.compile_time.as_millis() as u64, from_cache = loaded.from_cache,
+                    replaced = scan.current.contains_key(&name),
+                    "plugin loaded"
+                );
+                self.forget_rejection(&name);
+                scan.next.insert(name, Arc::new(loaded));
+                scan.changed = true;
+            }
+            Err(e) => {
+                match scan.current.get(&name) {
+                    Some(old) => tracing::warn!(
+                        file = %path.display(), plugin = %name, serving = %old.version,
+                        "plugin file rejected, the previous version keeps serving: {e:#}"
+                    ),
+                    None => tracing::warn!(
+                        file = %path.display(), plugin = %name,
+                        "plugin file rejected, the plugin is not loaded: {e:#}"
+                    ),
+                }
+                self.inner.metrics.plugin_reload_failures().increment(1);
+                self.remember_rejection(&name, sha256, format!("{e:#}"));
+                scan.changed = true;
+            }
+        }
+    }
+
     /// Serves the plugins built into the binary whose names no file in the folder took: a file
     /// overrides a bundled plugin, and when it goes the bundled one serves again.
-    async fn load_bundled(
-        &self,
-        current: &PluginMap,
-        next: &mut PluginMap,
-        present: &mut HashSet<String>,
-        changed: &mut bool,
-    ) {
+    async fn load_bundled(&self, scan: &mut Scan, overridden: &HashSet<&str>) {
         for (name, bytes) in &self.inner.bundled {
-            if !present.insert(name.clone()) {
+            if overridden.contains(name.as_str()) || !scan.present.insert(name.clone()) {
                 continue;
             }
             let sha256: [u8; 32] = Sha256::digest(bytes).into();
-            if current.get(name).is_some_and(|l| l.sha256 == sha256) {
+            if scan.current.get(name).is_some_and(|l| l.sha256 == sha256) {
                 continue;
             }
             match self.load(name, bytes.to_vec()).await {
                 Ok(loaded) => {
                     tracing::info!(plugin = %name, world = %loaded.world, version = %loaded.version, "bundled plugin loaded");
-                    next.insert(name.clone(), Arc::new(loaded));
-                    *changed = true;
+                    scan.next.insert(name.clone(), Arc::new(loaded));
+                    scan.changed = true;
                 }
                 Err(e) => tracing::error!(plugin = %name, "the bundled plugin does not load: {e:#}"),
             }
@@ -241,6 +279,14 @@ impl PluginHost {
         Ok(Arc::into_inner(loaded).expect("validation keeps no reference"))
     }
 
+    /// Makes plugin `name` of the JavaScript `code` on `engine` and validates it: code that
+    /// does not parse or defines no handler is rejected like a component that does not load.
+    async fn load_script(&self, engine: &Loaded, name: &str, code: Vec<u8>) -> anyhow::Result<Loaded> {
+        let loaded = Arc::new(self.inner.compiler.script(engine, name, code)?);
+        self.validate(&loaded).await?;
+        Ok(Arc::into_inner(loaded).expect("validation keeps no reference"))
+    }
+
     /// Instantiates the plugin under the call limits and type-checks its export against its
     /// world: a plugin that cannot start, or whose export has the wrong type, is rejected.
     /// Then runs it once on a sample input; that answer is only logged, since a plugin may
@@ -259,7 +305,7 @@ impl PluginHost {
             &self.inner.engine,
             loaded,
             &self.inner.limits,
-            &empty_config(),
+            &loaded.call_config(&empty_config()),
             keys,
             input,
             None,
@@ -272,12 +318,23 @@ impl PluginHost {
                 failure,
                 before_export: true,
             }) => anyhow::bail!("{}: {}", failure.detail, failure.message),
+            Err(CallError { failure, .. }) if broken_script(loaded, &failure) => {
+                anyhow::bail!("{}", failure.message)
+            }
             Err(CallError { failure, .. }) => {
                 tracing::info!(plugin = %loaded.name, "plugin loaded; its call on a sample input failed ({failure})");
                 Ok(())
             }
         }
     }
+}
+
+/// One rescan's state: the registry it started from, the one it builds, the names it saw.
+struct Scan {
+    current: Arc<PluginMap>,
+    next: PluginMap,
+    present: HashSet<String>,
+    changed: bool,
 }
 
 /// Why a plugin file was not read.

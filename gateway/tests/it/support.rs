@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 /// One request the sink received.
 #[derive(Debug, Clone)]
 pub struct Received {
+    pub method: axum::http::Method,
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -121,6 +122,7 @@ pub struct Sink {
 
 async fn sink_handler(
     State(state): State<Arc<SinkState>>,
+    method: axum::http::Method,
     uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -137,6 +139,7 @@ async fn sink_handler(
         }
     };
     state.received.lock().unwrap().push(Received {
+        method,
         path: uri.path().to_owned(),
         headers,
         body,

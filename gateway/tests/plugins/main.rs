@@ -139,6 +139,7 @@ mod cache;
 mod hostile;
 mod hot_reload;
 mod instances;
+mod js;
 mod python;
 mod sandbox;
 mod verifiers;

@@ -91,22 +91,7 @@ pub(crate) fn built_python_plugin() -> &'static Path {
         std::fs::create_dir_all(&target).expect("create target/python-plugins");
         let lock = std::fs::File::create(target.join(".build.lock")).expect("create the build lock file");
         lock.lock().expect("take the python plugin build lock");
-        let venv = target.join("venv");
-        let componentize = venv.join("bin/componentize-py");
-        if !componentize.exists() {
-            let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-            let status = Command::new(python)
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .expect("create a virtualenv");
-            assert!(status.success(), "python3 -m venv failed");
-            let status = Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "componentize-py==0.25.1"])
-                .status()
-                .expect("pip install componentize-py");
-            assert!(status.success(), "pip install componentize-py failed");
-        }
+        let componentize = install_componentize_py(&target);
         let source = plugins_workspace().join("python/type-filter");
         let output = target.join("type_filter.wasm");
         let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -138,4 +123,52 @@ pub(crate) fn built_python_plugin() -> &'static Path {
         lock.unlock().expect("release the python plugin build lock");
         output
     })
+}
+
+/// componentize-py in a virtualenv under `target` (`target/python-plugins/venv`), installed
+/// from PyPI when missing. The caller holds the build lock.
+fn install_componentize_py(target: &Path) -> PathBuf {
+    let venv = target.join("venv");
+    let componentize = venv.join("bin/componentize-py");
+    if !componentize.exists() {
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        let status = Command::new(python)
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("create a virtualenv");
+        assert!(status.success(), "python3 -m venv failed");
+        let status = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "componentize-py==0.25.1"])
+            .status()
+            .expect("pip install componentize-py");
+        assert!(status.success(), "pip install componentize-py failed");
+    }
+    componentize
+}
+
+/// componentize-py, installed as [`built_python_plugin`] does (which it runs first, so that
+/// the two never install at once).
+pub(crate) fn componentize_py() -> PathBuf {
+    built_python_plugin();
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python-plugins/venv/bin/componentize-py")
+}
+
+/// Runs `cargo build --release` in the plugin project `dir` (its `.cargo/config.toml` chooses
+/// `wasm32-wasip2`) into the shared `target_dir`, so that several projects build their
+/// dependencies once.
+pub(crate) fn cargo_build_project(dir: &Path, target_dir: &Path) {
+    ensure_wasm_target();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet"])
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .env_remove("CARGO_BUILD_TARGET")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_MAKEFLAGS")
+        .status()
+        .expect("run cargo build in the plugin project");
+    assert!(status.success(), "building {} failed", dir.display());
 }
