@@ -189,6 +189,70 @@ async fn listing_blocked_keys_uses_the_failed_heads_index() {
     assert_eq!(page.keys.iter().map(|k| k.waiting).sum::<u64>(), 200_000 - 200);
 }
 
+/// A page of keys reads each key by `deliveries_by_key` even when the table's statistics are
+/// those of before a burst (autovacuum analyses it only a minute or so later): on those the
+/// planner walks the endpoint's whole `deliveries_pending` range once per key to count what
+/// waits — over two minutes for a thousand keys at a million waiting — so the listing brings
+/// them up to date first.
+#[tokio::test]
+async fn a_page_of_keys_reads_by_key_on_statistics_from_before_a_burst() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let conn = store.conn().await.unwrap();
+    conn.batch_execute(
+        "ALTER TABLE deliveries SET (autovacuum_enabled = false);
+         INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at)
+             VALUES (1, 'e1', 't', 'x', 'application/json', '\\x7b7d', 'k', 0);
+         INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
+             round_started_at, ordering_key)
+         SELECT 1, 'other', 'delivered', 1, 1, i, i, i, 'k' FROM generate_series(1, 100) AS i;
+         ANALYZE deliveries;
+         INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
+             round_started_at, ordering_key)
+         SELECT 1, 'e', 'pending', 1, CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, i, i, i, 'k' || ((i - 1) / 1000)
+         FROM generate_series(1, 200000) AS i;",
+    )
+    .await
+    .unwrap();
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    let plan = |sql: &'static str| {
+        let (conn, keys) = (&conn, &keys);
+        async move {
+            conn.query(&format!("EXPLAIN {sql}"), &[&"e", keys])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    // The statistics are stale: without a fresh ANALYZE the count walks the endpoint's range.
+    let before = plan(super::ordering::PENDING_COUNTS).await;
+    assert!(before.contains("deliveries_pending"), "{before}");
+    // The burst's counts reach the statistics system when its connection flushes them.
+    let counted = "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = 'deliveries'::regclass";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while conn.query_one(counted, &[]).await.unwrap().get::<_, i64>(0) < 200_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the inserts never reached pg_stat"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = store
+        .ordering_keys("e", KeyListing::Blocked, None, 1000)
+        .await
+        .unwrap();
+    assert_eq!(page.keys.len(), 200);
+    assert_eq!(page.keys.iter().map(|k| k.waiting).sum::<u64>(), 200_000 - 200);
+    for sql in [super::ordering::FIRST_TWO, super::ordering::PENDING_COUNTS] {
+        let after = plan(sql).await;
+        assert!(after.contains("deliveries_by_key"), "{after}");
+        assert!(!after.contains("deliveries_pending"), "{after}");
+    }
+}
+
 /// Two nodes on one schema: an endpoint's lease is held by one of them at a time, passes on
 /// when it is given back or lapses, and each node's notices reach the other but not itself.
 #[tokio::test]
