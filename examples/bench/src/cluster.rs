@@ -117,7 +117,7 @@ impl Schema {
     }
 }
 
-async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
+pub(crate) async fn run_sql(url: &str, sql: &str) -> anyhow::Result<()> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .context("connecting to --postgres")?;

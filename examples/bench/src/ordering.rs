@@ -70,6 +70,32 @@ impl Bench {
         if blocked < keys {
             bail!("{blocked} of {keys} keys blocked");
         }
+        let fresh = self.time_listing(&base, &middle).await?;
+        // On PostgreSQL the reads above ran on the statistics the table had before the burst
+        // (autovacuum analyses it within a minute or so); read again once they are current.
+        let analysed = match &self.postgres {
+            Some(url) => {
+                crate::cluster::run_sql(url, "ANALYZE deliveries").await?;
+                Some(self.time_listing(&base, &middle).await?)
+            }
+            None => None,
+        };
+        gw.stop().await?;
+        self.say(&format!(
+            "{events} events over {keys} keys in {fill_s:.1} s; {blocked} keys blocked; medians of {CALLS} calls: {}",
+            listed(&fresh)
+        ));
+        self.record_listing(events, keys, &fresh, "");
+        if let Some(analysed) = analysed {
+            self.say(&format!("after ANALYZE: {}", listed(&analysed)));
+            self.record_listing(events, keys, &analysed, "_analysed");
+        }
+        Ok(())
+    }
+
+    /// The four timed reads: first page of blocked keys, a page from the middle, the first
+    /// page of all keys, and a `/metrics` scrape.
+    async fn time_listing(&self, base: &str, middle: &str) -> anyhow::Result<Vec<(&'static str, f64)>> {
         let listing = format!("{base}/v1/endpoints/ledger/ordering-keys");
         let reads = [
             ("first", format!("{listing}?state=blocked&limit=100")),
@@ -81,19 +107,19 @@ impl Bench {
             ("metrics", format!("{base}/metrics")),
         ];
         let mut timed = Vec::new();
-        for (name, url) in &reads {
-            timed.push((*name, self.time_reads(url).await?));
+        for (name, url) in reads {
+            timed.push((name, self.time_reads(&url).await?));
         }
-        gw.stop().await?;
-        self.say(&format!(
-            "{events} events over {keys} keys in {fill_s:.1} s; {blocked} keys blocked; medians of {CALLS} calls: {}",
-            timed
-                .iter()
-                .map(|(name, ms)| format!("{name} {ms:.2} ms"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        for (name, ms) in timed {
+        Ok(timed)
+    }
+
+    fn record_listing(&mut self, events: u64, keys: u64, timed: &[(&str, f64)], suffix: &str) {
+        let when = if suffix.is_empty() {
+            ""
+        } else {
+            ", statistics current"
+        };
+        for &(name, ms) in timed {
             let what = match name {
                 "first" => "the first page (100) of blocked keys",
                 "middle" => "a page (100) of blocked keys from the middle",
@@ -101,15 +127,14 @@ impl Bench {
                 _ => "a /metrics scrape (the ordering gauges read 1000 blocked keys)",
             };
             let (key, label) = self.on_store(
-                &format!("ordering_keys_{name}_ms"),
+                &format!("ordering_keys_{name}{suffix}_ms"),
                 &format!(
-                    "ordering keys at {}k waiting, {keys} blocked: {what}",
+                    "ordering keys at {}k waiting, {keys} blocked: {what}{when}",
                     events / 1000
                 ),
             );
             self.results.record(&key, &label, "ms", ms, None);
         }
-        Ok(())
     }
 
     /// Posts `events` events in batches, key `k<i>` for event `i % keys`, the first batch
@@ -139,12 +164,14 @@ impl Bench {
     }
 
     /// The blocked keys, counted page by page through the API, and the cursor of the page
-    /// that starts halfway through `keys`.
+    /// that starts halfway through `keys` (pages of a tenth of the keys, so that the halfway
+    /// cursor falls inside the listing at every scale).
     async fn count_blocked(&self, base: &str, keys: u64) -> anyhow::Result<(u64, String)> {
         let (mut count, mut middle) = (0, String::new());
         let mut cursor: Option<String> = None;
+        let page_size = (keys / 10).clamp(1, 1000);
         loop {
-            let mut url = format!("{base}/v1/endpoints/ledger/ordering-keys?state=blocked&limit=1000");
+            let mut url = format!("{base}/v1/endpoints/ledger/ordering-keys?state=blocked&limit={page_size}");
             if let Some(c) = &cursor {
                 url.push_str(&format!("&cursor={c}"));
             }
@@ -174,4 +201,12 @@ impl Bench {
         }
         Ok(median(&times))
     }
+}
+
+fn listed(timed: &[(&str, f64)]) -> String {
+    timed
+        .iter()
+        .map(|(name, ms)| format!("{name} {ms:.2} ms"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
