@@ -190,8 +190,10 @@ enum PluginCommand {
     New {
         /// The plugin's name (lower-case letters, digits and `-`).
         name: String,
+        /// What the plugin does: a transform, a signer or a backoff.
         #[arg(long, value_enum)]
         kind: new_plugin::Kind,
+        /// The language to write it in (Python and JavaScript: transforms only).
         #[arg(long, value_enum, default_value = "rust")]
         lang: new_plugin::Lang,
         /// Where to create the folder NAME.
