@@ -5,6 +5,7 @@
 # Needs a nightly toolchain and cargo-fuzz (`.ci/run` installs cargo-fuzz). Without nightly it
 # says so and skips (exit 0); a crash, a timeout or a broken invariant fails (exit 1) and
 # leaves the input in fuzz/artifacts/<target>/.
+# `fuzz/run.sh --build-only` builds the targets and stops (CI builds them beside the tests).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/.."
@@ -29,6 +30,9 @@ if [[ "${FUZZ_PROFILE:-dev}" == release ]]; then
 fi
 build_flags=(--fuzz-dir "$here" -s none --codegen-units 16 "$profile_flag")
 cargo +nightly fuzz build "${build_flags[@]}"
+if [[ "${1:-}" == --build-only ]]; then
+  exit 0
+fi
 
 run() {
   local target="$1" dict="$2"
