@@ -1657,6 +1657,16 @@ impl Store for PgStore {
             )
             .await?,
         };
+        // An operator's action on an ordering key lives until its asker reads the answer, within
+        // seconds; one whose asker died before that is left behind, and goes with the
+        // idempotency keys of its age (not counted: it was never data).
+        execute(
+            &tx,
+            "DELETE FROM ordering_actions WHERE id IN (
+                 SELECT id FROM ordering_actions WHERE requested_at < $1 ORDER BY id LIMIT $2)",
+            &[&cutoffs.idempotency_before.as_millis(), &batch],
+        )
+        .await?;
         self.commit(tx).await?;
         Ok(purged)
     }

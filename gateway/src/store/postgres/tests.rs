@@ -4,6 +4,7 @@
 //! and say that they were skipped without it.
 
 use super::*;
+use crate::store::{ClusterStore, KeyActionRequest};
 
 /// A fresh, empty schema for one test (in the database of `HOOKGATE_TEST_POSTGRES`), dropped
 /// when the test ends. Schemas, not databases: creating and dropping a database costs a
@@ -497,6 +498,39 @@ async fn one_node_at_a_time_purges() {
     );
     other.batch_execute("COMMIT").await.unwrap();
     assert_eq!(store.purge(cutoffs).await.unwrap().idempotency_keys, 1);
+}
+
+/// An operator's action on a key whose asking node died before it read the answer is purged
+/// with the idempotency keys of its age; a recent one stays for its asker.
+#[tokio::test]
+async fn actions_left_by_an_asker_that_died_are_purged() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let request = |key: &str| KeyActionRequest {
+        endpoint: Arc::from("e"),
+        key: key.into(),
+        action: "skip".into(),
+        delivery: None,
+    };
+    let left = store
+        .request_key_action(&request("left"), Timestamp::from_millis(10))
+        .await
+        .unwrap();
+    store.answer_key_action(left, "{}").await.unwrap();
+    let asked = store
+        .request_key_action(&request("asked"), Timestamp::from_millis(5_000))
+        .await
+        .unwrap();
+    let cutoffs = RetentionCutoffs {
+        deliveries_before: Timestamp::from_millis(0),
+        events_before: Timestamp::from_millis(0),
+        idempotency_before: Timestamp::from_millis(1_000),
+        history_before: Timestamp::from_millis(0),
+        batch: 10,
+    };
+    store.purge(cutoffs).await.unwrap();
+    assert_eq!(store.take_key_action_answer(left, false).await.unwrap(), None);
+    assert!(store.key_action_request(asked).await.unwrap().is_some());
 }
 
 #[tokio::test]
