@@ -65,9 +65,8 @@ pub(super) const FIRST_TWO: &str =
          ORDER BY d.id LIMIT 2) h";
 
 /// The first two pending deliveries of each of `keys` (a key's head, and when the oldest
-/// waiting one was made), in id order. One lateral index search per key
-/// (`deliveries_by_key`): its `ORDER BY id LIMIT 2` holds the planner to that index even
-/// while the table's statistics lag behind a burst.
+/// waiting one was made), in id order: one lateral search per key on `deliveries_by_key`
+/// (on current statistics, see [`statistics_current`]).
 async fn first_two<C: GenericClient>(
     c: &C,
     endpoint: &str,
