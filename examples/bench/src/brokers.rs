@@ -94,7 +94,12 @@ impl Counter {
             }
             "redis" => {
                 let client = redis::Client::open(brokers.redis.as_str())?;
-                let conn = client.get_multiplexed_async_connection().await?;
+                // No response timeout: the crate's default (500 ms) is shorter than a busy
+                // machine's pauses, and the counter only reads.
+                let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
                 let url = format!("{}/0?stream={name}", brokers.redis.trim_end_matches('/'));
                 Ok((Counter::Redis(conn, name.to_owned()), url))
             }

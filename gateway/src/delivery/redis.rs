@@ -159,6 +159,16 @@ impl RedisSender {
     }
 }
 
+/// The connection's settings: no timeouts of the `redis` crate's own (by default it fails a
+/// command unanswered after 500 ms, and a handshake after 1 s). The attempt's deadline decides,
+/// as for every destination: a Redis that answers an `XADD` in 800 ms under load has
+/// accepted the message, and failing it would send it twice.
+fn link_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None)
+}
+
 /// A multiplexed connection over TCP (and TLS) to the judged address, authenticated and on
 /// the URL's database.
 async fn connect(dialer: &Dialer, target: &RedisTarget) -> Result<RedisLink, Failure> {
@@ -181,22 +191,14 @@ async fn connect(dialer: &Dialer, target: &RedisTarget) -> Result<RedisLink, Fai
             kind: crate::model::ErrorKind::Tls,
             detail: format!("TLS with {server}: {}", super::describe_io(&e)),
         })?;
-        let (conn, driver) = redis::aio::MultiplexedConnection::new_with_config(
-            &info,
-            tls,
-            redis::AsyncConnectionConfig::new(),
-        )
-        .await
-        .map_err(refused)?;
+        let (conn, driver) = redis::aio::MultiplexedConnection::new_with_config(&info, tls, link_config())
+            .await
+            .map_err(refused)?;
         (conn, boxed(driver))
     } else {
-        let (conn, driver) = redis::aio::MultiplexedConnection::new_with_config(
-            &info,
-            tcp,
-            redis::AsyncConnectionConfig::new(),
-        )
-        .await
-        .map_err(refused)?;
+        let (conn, driver) = redis::aio::MultiplexedConnection::new_with_config(&info, tcp, link_config())
+            .await
+            .map_err(refused)?;
         (conn, boxed(driver))
     };
     // The driver reads and writes the socket; it ends when the connection breaks or the last

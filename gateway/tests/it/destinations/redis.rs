@@ -5,7 +5,10 @@ use std::net::SocketAddr;
 
 use redis::streams::StreamRangeReply;
 
+use serde_json::json;
+
 use super::{Fixture, Got, address_of, broker, common, unique};
+use crate::support::{TestGateway, WAIT, deliveries_of};
 
 pub struct RedisFixture {
     broker: SocketAddr,
@@ -19,8 +22,10 @@ impl RedisFixture {
         let url = broker("HOOKGATE_TEST_REDIS")?;
         let broker = address_of(&url);
         let client = redis::Client::open(url.as_str()).unwrap();
+        // No response timeout: the crate's default (500 ms) fails reads on a busy machine.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         let mut conn = client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("Redis is reachable");
         let name = unique();
@@ -37,6 +42,20 @@ impl RedisFixture {
             stream: format!("{name}:stream"),
             string_key,
         })
+    }
+}
+
+impl RedisFixture {
+    /// Makes Redis hold every write command (an `XADD`) for `ms` milliseconds, from now.
+    async fn pause_writes(&self, ms: u64) {
+        let mut conn = self.conn.clone();
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("WRITE")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
     }
 }
 
@@ -124,4 +143,42 @@ async fn per_key_order_holds_under_retries() {
         return;
     };
     common::per_key_order_holds_under_retries(f).await;
+}
+
+/// An `XADD` answered after 1.2 s, within the attempt's timeout, is delivered at its first
+/// attempt: the attempt's timeout decides, not the Redis client's own default of 500 ms
+/// (which failed it as a broken connection and sent the message again).
+#[tokio::test]
+async fn a_slow_answer_within_the_attempt_timeout_is_delivered() {
+    let Some(f) = RedisFixture::new().await else {
+        return;
+    };
+    let url = f.url(f.broker_addr());
+    let gw = TestGateway::start(&format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: '{url}'\n    topics: [t]\n"
+    ))
+    .await;
+    // The first message opens the gateway's connection before Redis holds writes.
+    gw.ingest("t", "order.created", json!({"n": 1})).await;
+    common::wait_received(&f, 1).await;
+    f.pause_writes(1200).await;
+    let slow = gw.ingest("t", "order.created", json!({"n": 2})).await;
+    let slow = slow["id"].as_str().unwrap().to_owned();
+    common::wait_received(&f, 2).await;
+    let delivery = deliveries_of(&gw, "e")
+        .await
+        .into_iter()
+        .find(|d| d["event_id"] == slow.as_str())
+        .expect("the second event's delivery");
+    let detail = gw
+        .wait_until(
+            &format!("/v1/deliveries/{}", delivery["id"].as_str().unwrap()),
+            WAIT,
+            |d| d["status"] == "succeeded" || d["attempts"][0]["error_kind"].is_string(),
+        )
+        .await;
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    assert_eq!(detail["attempts"].as_array().unwrap().len(), 1, "{detail}");
+    assert_eq!(f.received().await.len(), 2);
+    f.cleanup().await;
 }
