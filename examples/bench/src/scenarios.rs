@@ -841,20 +841,29 @@ impl Bench {
         Ok(())
     }
 
+    /// Copies the built components `names` into `site`'s plugin folder (which it returns), or
+    /// says to build them first.
+    fn install_plugins(&self, site: &Site, names: &[&str]) -> anyhow::Result<PathBuf> {
+        let plugin_dir = site.dir.path().join("plugins");
+        std::fs::create_dir_all(&plugin_dir)?;
+        for name in names {
+            // Cargo names the artifacts with `_`; the gateway treats `-` and `_` alike.
+            let wasm = self.plugin_build.join(format!("{}.wasm", name.replace('-', "_")));
+            if !wasm.exists() {
+                bail!(
+                    "{} is not built: run `cargo build --release` in plugins/ first",
+                    wasm.display()
+                );
+            }
+            std::fs::copy(&wasm, plugin_dir.join(format!("{name}.wasm")))?;
+        }
+        Ok(plugin_dir)
+    }
+
     /// The same 1 KiB deliveries without plugins (Standard Webhooks signing in the host) and
     /// with a transform (`cloudevents`) and a signer (`github-signature`): the difference in
     /// the gateway's CPU time per delivery, and the plugin time each attempt recorded.
     pub(crate) async fn plugins(&mut self) -> anyhow::Result<()> {
-        // Cargo names the artifacts with `_`; the gateway treats `-` and `_` alike.
-        let wasm = |name: &str| self.plugin_build.join(format!("{}.wasm", name.replace('-', "_")));
-        for name in ["cloudevents", "github-signature"] {
-            if !wasm(name).exists() {
-                bail!(
-                    "{} is not built: run `cargo build --release` in plugins/ first",
-                    wasm(name).display()
-                );
-            }
-        }
         let sink = Sink::start(SinkOptions::loopback()).await?;
         let yaml = format!(
             "topics:\n  plain: {{}}\n  plugged: {{}}\nendpoints:\n  \
@@ -866,11 +875,7 @@ impl Bench {
             sink.url("/plugged")
         );
         let site = Site::new(&self.work_root, &yaml)?;
-        let plugin_dir = site.dir.path().join("plugins");
-        std::fs::create_dir_all(&plugin_dir)?;
-        for name in ["cloudevents", "github-signature"] {
-            std::fs::copy(wasm(name), plugin_dir.join(format!("{name}.wasm")))?;
-        }
+        self.install_plugins(&site, &["cloudevents", "github-signature"])?;
         let gw = self.start(&site, "plugins").await?;
         let measured = self.alternate(&gw, &sink, ["plain", "plugged"], [0, 2]).await?;
         gw.stop().await?;
@@ -1019,15 +1024,6 @@ impl Bench {
     /// JavaScript transformation of the same shape (an envelope around the payload, a header)
     /// run by the bundled `js` plugin: what a Svix-style script costs beside compiled Rust.
     pub(crate) async fn js_transform(&mut self) -> anyhow::Result<()> {
-        let wasm = |name: &str| self.plugin_build.join(format!("{name}.wasm"));
-        for name in ["cloudevents", "js"] {
-            if !wasm(name).exists() {
-                bail!(
-                    "{} is not built: run `cargo build --release` in plugins/ first",
-                    wasm(name).display()
-                );
-            }
-        }
         let sink = Sink::start(SinkOptions::loopback()).await?;
         let yaml = format!(
             "topics:\n  ce: {{}}\n  js: {{}}\nendpoints:\n  \
@@ -1039,11 +1035,7 @@ impl Bench {
             sink.url("/js")
         );
         let site = Site::new(&self.work_root, &yaml)?;
-        let plugin_dir = site.dir.path().join("plugins");
-        std::fs::create_dir_all(&plugin_dir)?;
-        for name in ["cloudevents", "js"] {
-            std::fs::copy(wasm(name), plugin_dir.join(format!("{name}.wasm")))?;
-        }
+        let plugin_dir = self.install_plugins(&site, &["cloudevents", "js"])?;
         std::fs::write(plugin_dir.join("envelope.js"), JS_ENVELOPE)?;
         let gw = self.start(&site, "js").await?;
         let measured = self.alternate(&gw, &sink, ["ce", "js"], [1, 1]).await?;

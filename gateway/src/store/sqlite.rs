@@ -1553,9 +1553,10 @@ mod tests {
 
     use super::*;
 
-    const NOW: Timestamp = Timestamp::from_millis(1_767_225_600_000);
+    pub(super) const NOW: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 
-    fn batch(id: &str, payload_bytes: usize) -> IngestBatch {
+    /// One event of `payload_bytes` for endpoint `e`, received at [`NOW`].
+    pub(super) fn batch(id: &str, payload_bytes: usize) -> IngestBatch {
         IngestBatch {
             items: vec![IngestItem {
                 event: Arc::new(Event {

@@ -138,6 +138,17 @@ async fn ordering_keys_show_their_heads_what_waits_and_the_holds() {
     crate::store::ordering::contract::ordering_keys(&store).await;
 }
 
+/// The one event every delivery of the listing tests points at.
+const ONE_EVENT: &str = "INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key,
+     received_at) VALUES (1, 'e1', 't', 'x', 'application/json', '\\x7b7d', 'k', 0);";
+
+/// 200 000 pending deliveries of endpoint `e` on 200 keys (`k0`…`k199`), the first of each
+/// key's thousand having failed once: 200 blocked keys.
+const BLOCKED_BACKLOG: &str = "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count,
+     created_at, updated_at, round_started_at, ordering_key)
+     SELECT 1, 'e', 'pending', 1, CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, i, i, i, 'k' || ((i - 1) / 1000)
+     FROM generate_series(1, 200000) AS i;";
+
 /// The blocked listing reads the failed heads' index, never the endpoint's whole backlog: with
 /// 200 000 pending deliveries on 200 keys, each behind a failed head, the planner searches
 /// `deliveries_failed_heads` for the keys and `deliveries_by_key` for each key's head and count.
@@ -146,17 +157,9 @@ async fn listing_blocked_keys_uses_the_failed_heads_index() {
     let Some(db) = TestDb::create().await else { return };
     let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     let conn = store.conn().await.unwrap();
-    conn.batch_execute(
-        "INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at)
-             VALUES (1, 'e1', 't', 'x', 'application/json', '\\x7b7d', 'k', 0);
-         INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
-             round_started_at, ordering_key)
-         SELECT 1, 'e', 'pending', 1, CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, i, i, i, 'k' || ((i - 1) / 1000)
-         FROM generate_series(1, 200000) AS i;
-         ANALYZE deliveries;",
-    )
-    .await
-    .unwrap();
+    conn.batch_execute(&format!("{ONE_EVENT} {BLOCKED_BACKLOG} ANALYZE deliveries;"))
+        .await
+        .unwrap();
     let plan = |sql: String| {
         let conn = &conn;
         async move {
@@ -200,19 +203,15 @@ async fn a_page_of_keys_reads_by_key_on_statistics_from_before_a_burst() {
     let Some(db) = TestDb::create().await else { return };
     let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     let conn = store.conn().await.unwrap();
-    conn.batch_execute(
+    conn.batch_execute(&format!(
         "ALTER TABLE deliveries SET (autovacuum_enabled = false);
-         INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at)
-             VALUES (1, 'e1', 't', 'x', 'application/json', '\\x7b7d', 'k', 0);
-         INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
-             round_started_at, ordering_key)
-         SELECT 1, 'other', 'delivered', 1, 1, i, i, i, 'k' FROM generate_series(1, 100) AS i;
-         ANALYZE deliveries;
-         INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
-             round_started_at, ordering_key)
-         SELECT 1, 'e', 'pending', 1, CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, i, i, i, 'k' || ((i - 1) / 1000)
-         FROM generate_series(1, 200000) AS i;",
-    )
+             {ONE_EVENT}
+             INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at,
+                 updated_at, round_started_at, ordering_key)
+             SELECT 1, 'other', 'delivered', 1, 1, i, i, i, 'k' FROM generate_series(1, 100) AS i;
+             ANALYZE deliveries;
+             {BLOCKED_BACKLOG}"
+    ))
     .await
     .unwrap();
     let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();

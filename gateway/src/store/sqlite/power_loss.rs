@@ -11,6 +11,7 @@
 use rand::{Rng, SeedableRng};
 
 use super::power_cut_vfs::{Cut, Disk, DiskCounts, VFS_NAME};
+use super::tests::NOW;
 use super::*;
 
 /// Clients ingesting at once, each one event at a time until the power fails.
@@ -24,35 +25,19 @@ const EVENTS_PER_CLIENT: usize = 80;
 /// once, so that the cuts also fall in checkpoints and in a restarted WAL.
 const PAYLOAD_BYTES: usize = 8 * 1024;
 
-const NOW: Timestamp = Timestamp::from_millis(1_767_225_600_000);
-
+/// One event under an idempotency key of its own, so that a restart's answer to a repeated
+/// request is checked too.
 fn one_event(id: &str) -> IngestBatch {
-    IngestBatch {
-        items: vec![IngestItem {
-            event: Arc::new(Event {
-                id: id.to_owned(),
-                topic: "t".into(),
-                event_type: "x".into(),
-                content_type: "application/octet-stream".into(),
-                payload: Bytes::from(vec![b'p'; PAYLOAD_BYTES]),
-                ordering_key: None,
-                received_at: NOW,
-                tenant: None,
-                trace: None,
-                labels: EventLabels::default(),
-            }),
-            endpoints: vec![Target::untenanted("e")],
-        }],
-        idempotency: Some(IdempotencyRecord {
-            scope: "power-loss".into(),
-            key: id.to_owned(),
-            request_hash: id.as_bytes().to_vec(),
-            status: 202,
-            response: Bytes::new(),
-            created_at: NOW,
-        }),
-        now: NOW,
-    }
+    let mut batch = super::tests::batch(id, PAYLOAD_BYTES);
+    batch.idempotency = Some(IdempotencyRecord {
+        scope: "power-loss".into(),
+        key: id.to_owned(),
+        request_hash: id.as_bytes().to_vec(),
+        status: 202,
+        response: Bytes::new(),
+        created_at: NOW,
+    });
+    batch
 }
 
 /// What one power cut did.
