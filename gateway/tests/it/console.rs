@@ -105,8 +105,9 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     assert!(browser.page_text().await.contains("500"));
     browser.screenshot("delivery-failed").await;
 
-    // Fixed: redeliver from the console, and see it succeed.
-    sink.always(Reply::status(200));
+    // Fixed: redeliver from the console, and see it succeed — also when the receiver takes its
+    // time, so that the outcome is stored well after the redeliver was answered.
+    sink.always(Reply::status(200).delayed(Duration::from_millis(1500)));
     browser.click("#redeliver").await;
     sink.wait_for(3, WAIT).await;
     browser.wait_for_text("Round 2, attempt 1").await;

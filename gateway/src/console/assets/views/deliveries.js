@@ -63,9 +63,10 @@ export async function deliveryView(main, { args, refresh }) {
   const output = h('div', { 'aria-live': 'polite' });
   const redeliver = h('button', { type: 'button', class: 'primary', id: 'redeliver', onclick: async () => {
     try {
-      await post(`/v1/deliveries/${seg(id)}/redeliver`);
+      const queued = await post(`/v1/deliveries/${seg(id)}/redeliver`);
       render(output, notice('Queued again; attempting now.', 'ok'));
-      setTimeout(refresh, 600);
+      await attemptedIn(id, queued.round);
+      refresh();
     } catch (error) {
       render(output, errorNotice(error));
     }
@@ -83,6 +84,17 @@ export async function deliveryView(main, { args, refresh }) {
     output,
     h('h2', {}, `Attempts (${count(d.attempts.length)})`),
     d.attempts.length ? [...d.attempts].reverse().map(attempt) : h('p', { class: 'muted' }, 'No attempt yet.'));
+}
+
+// Waits until round `round` of the delivery has an attempt on record (or half a minute has
+// passed): an outcome is stored a moment after the attempt ends, so one read soon after the
+// redeliver could show the old round and never the attempt the page announced.
+async function attemptedIn(id, round) {
+  for (let tries = 0; tries < 60; tries += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const d = await get(`/v1/deliveries/${seg(id)}`);
+    if (d.attempts.some((a) => a.round >= round)) return;
+  }
 }
 
 function attempt(a) {
