@@ -138,6 +138,7 @@ impl Ingestor {
             .map(|ep| Target {
                 endpoint: ep.name.clone(),
                 tenant: ep.tenant.clone(),
+                ordered: ep.ordered,
             })
             .collect()
     }

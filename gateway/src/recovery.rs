@@ -307,6 +307,7 @@ impl Recovery {
         let target = Target {
             endpoint: endpoint.name.clone(),
             tenant: endpoint.tenant.clone(),
+            ordered: endpoint.ordered,
         };
         let (store, now) = (self.store.clone(), self.clock.now());
         let replay = self

@@ -88,14 +88,19 @@ pub struct IngestItem {
 pub struct Target {
     pub endpoint: Arc<str>,
     pub tenant: Option<Arc<str>>,
+    /// The endpoint delivers one ordering key's events in order. In a cluster every node,
+    /// the one that committed the delivery too, takes such deliveries from the notices, which
+    /// arrive in commit order; the others' notices are needed only by another node.
+    pub ordered: bool,
 }
 
 impl Target {
-    /// An endpoint without a tenant.
+    /// An unordered endpoint without a tenant.
     pub fn untenanted(endpoint: &str) -> Target {
         Target {
             endpoint: Arc::from(endpoint),
             tenant: None,
+            ordered: false,
         }
     }
 }
@@ -1009,6 +1014,7 @@ pub(crate) mod svix_contract {
             endpoints: vec![Target {
                 endpoint: Arc::from(format!("ep-{tenant}")),
                 tenant: Some(Arc::from(tenant)),
+                ordered: false,
             }],
         }
     }

@@ -279,6 +279,7 @@ pub(crate) async fn send_to(
     prepared.items[0].endpoints = vec![Target {
         endpoint: endpoint.name.clone(),
         tenant: endpoint.tenant.clone(),
+        ordered: endpoint.ordered,
     }];
     let answer = MessageOut::of(&prepared.items[0].event, true);
     state.ingestor.commit(prepared, None).await?;

@@ -2,6 +2,12 @@
 //! `endpoint_leases` (which node delivers an endpoint's deliveries, until when), and the
 //! notices nodes send each other with `NOTIFY` on the schema's channel. A notice is sent inside
 //! the transaction that causes it, so it is delivered exactly when that commits.
+//!
+//! Every transaction that notifies holds PostgreSQL's notify lock from its notice until after
+//! its commit's WAL flush: notifying commits never overlap, anywhere in the database. So an
+//! ingestion group announces only the deliveries another node needs to hear of: those of
+//! endpoints this node does not hold, and those of ordered endpoints (see
+//! [`PgStore::endpoints_held_here`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -27,6 +33,9 @@ use crate::store::{
 /// The database's clock in milliseconds since the epoch: leases and liveness are judged by one
 /// clock, whatever the nodes' own say.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+/// The advisory lock that orders ingestion groups with moves of leases (see
+/// [`PgStore::endpoints_held_here`]), by the schema's name, as the idempotency keys' locks.
+pub(super) const LEASE_MOVES: &str = "hashtextextended(current_schema() || ' endpoint leases', 0)";
 /// A node not seen for this long is forgotten.
 const FORGET_AFTER_MS: i64 = 3_600_000;
 /// A notice's payload stays well below PostgreSQL's 8000-byte limit.
@@ -71,6 +80,25 @@ impl PgStore {
             self.notify(c, &payload).await?;
         }
         Ok(())
+    }
+
+    /// Which of `endpoints` this node holds the lease of, for an ingestion group that then
+    /// announces none of their unordered deliveries: this node's scheduler takes those itself.
+    /// The group holds the lease-moves lock shared until it commits, and reads the leases after
+    /// taking it; a transaction that may move a lease to another holder takes it exclusively
+    /// first ([`hold_on`], [`ClusterStore::leave`]). So no lease changes hands while a group
+    /// that relied on it is uncommitted, and the next holder's full read, made after its
+    /// takeover commits, finds every delivery such a group made. The read waits for the lock's
+    /// answer: sent together, the two could reach the server in either order (each first
+    /// prepares its statement), and a read before the lock would see a lease that is moving.
+    pub(super) async fn endpoints_held_here<C: GenericClient>(
+        &self,
+        c: &C,
+        endpoints: &[&str],
+    ) -> StoreResult<HashSet<String>> {
+        let lock = format!("SELECT pg_advisory_xact_lock_shared({LEASE_MOVES})");
+        execute(c, &lock, &[]).await?;
+        leases_held(c, &self.node_id, endpoints).await
     }
 
     /// Tells the other nodes that an endpoint's health changed state.
@@ -205,6 +233,9 @@ async fn hold_on(
         v.sort();
         v
     };
+    if !release.is_empty() || !holds_all(&tx, node_id, &names(wanted)).await? {
+        lock_lease_moves(&tx).await?;
+    }
     execute(
         &tx,
         "DELETE FROM endpoint_leases WHERE node = $1 AND endpoint = ANY($2)",
@@ -231,6 +262,37 @@ async fn hold_on(
     .await?;
     tx.commit().await?;
     Ok(held.iter().map(|r| Arc::from(r.get::<_, String>(0))).collect())
+}
+
+/// Which of `endpoints` `node_id` holds the lease of now, by the database's clock.
+async fn leases_held<C: GenericClient>(
+    c: &C,
+    node_id: &str,
+    endpoints: &[&str],
+) -> StoreResult<HashSet<String>> {
+    let rows = query(
+        c,
+        &format!(
+            "SELECT endpoint FROM endpoint_leases WHERE node = $1 AND endpoint = ANY($2) AND expires_at > {NOW_MS}"
+        ),
+        &[&node_id, &endpoints],
+    )
+    .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Whether this node holds every one of `endpoints` already: then holding them moves no lease.
+async fn holds_all<C: GenericClient>(c: &C, node_id: &str, endpoints: &[String]) -> StoreResult<bool> {
+    let names: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    let held = leases_held(c, node_id, &names).await?;
+    Ok(names.iter().all(|e| held.contains(*e)))
+}
+
+/// Waits until no ingestion group relies on a lease's holder, and keeps new groups from reading
+/// the leases until this transaction ends (see [`PgStore::endpoints_held_here`]).
+async fn lock_lease_moves<C: GenericClient>(c: &C) -> StoreResult<()> {
+    execute(c, &format!("SELECT pg_advisory_xact_lock({LEASE_MOVES})"), &[]).await?;
+    Ok(())
 }
 
 #[async_trait]
@@ -443,19 +505,22 @@ impl ClusterStore for PgStore {
 
     async fn leave(&self) {
         let result = async {
-            let conn = self.conn().await?;
+            let mut conn = self.conn().await?;
+            let tx = conn.transaction().await?;
+            lock_lease_moves(&tx).await?;
             execute(
-                &conn,
+                &tx,
                 "DELETE FROM endpoint_leases WHERE node = $1",
                 &[&self.node_id],
             )
             .await?;
             execute(
-                &conn,
+                &tx,
                 &format!("UPDATE nodes SET left_at = {NOW_MS}, last_seen_at = {NOW_MS} WHERE id = $1"),
                 &[&self.node_id],
             )
-            .await
+            .await?;
+            self.commit(tx).await
         }
         .await;
         if let Err(e) = result {

@@ -13,9 +13,10 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
+use futures_util::future::try_join_all;
 use tokio::sync::{Semaphore, oneshot};
 
-use super::{PgStore, idempotency_locked, insert_batches, insert_idempotency};
+use super::{PgStore, idempotency_locked, insert_idempotency, insert_planned, plan_batches};
 use crate::store::{IdempotencyRecord, IngestBatch, IngestOutcome, StoreError, StoreResult};
 
 /// Groups written at once. More overlap commits with the next group's statements; each holds
@@ -141,49 +142,89 @@ impl PgStore {
         }
     }
 
-    /// One transaction for the batches: each idempotency key looked up under its lock (in key
-    /// order, so that two groups never wait on each other's keys), the new batches' events and
-    /// deliveries inserted together, their idempotency records, the cluster's notice, one
-    /// commit. Answers in the order of `batches`.
+    /// One transaction for the batches: the endpoints this node holds read under the
+    /// lease-moves lock, each idempotency key looked up under its lock (in key order, so that
+    /// two groups never wait on each other's keys), the new batches' events and deliveries
+    /// inserted together, their idempotency records, the cluster's notice of the deliveries
+    /// another node needs to hear of, one commit. Statements that do not wait for another's
+    /// answer are sent together: without idempotency keys a group is five round trips (begin;
+    /// the lease-moves lock with the sequences' keys; the leases; the rows and the notice;
+    /// commit). Answers in the order of `batches`.
     async fn write_group(&self, batches: &[&IngestBatch]) -> StoreResult<Vec<IngestOutcome>> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        let mut first_answers: Vec<Option<IdempotencyRecord>> = vec![None; batches.len()];
-        let mut keyed: Vec<(usize, &IdempotencyRecord)> = batches
+        let endpoints = endpoints_of(batches);
+        let held = self.endpoints_held_here(&tx, &endpoints);
+        let keyed = keyed_in_order(batches);
+        let (held, first_answers, fresh, planned) = if keyed.is_empty() {
+            let (held, planned) = tokio::try_join!(held, plan_batches(&tx, batches))?;
+            (held, vec![None; batches.len()], batches.to_vec(), planned)
+        } else {
+            // The lease-moves lock comes before any key's: a group never holds a key while
+            // it waits for a lease to move.
+            let held = held.await?;
+            let mut first_answers: Vec<Option<IdempotencyRecord>> = vec![None; batches.len()];
+            for (i, record) in keyed {
+                first_answers[i] = idempotency_locked(&tx, &record.scope, &record.key).await?;
+            }
+            let fresh = fresh(batches, &first_answers);
+            let planned = plan_batches(&tx, &fresh).await?;
+            (held, first_answers, fresh, planned)
+        };
+        let records = fresh.iter().filter_map(|b| b.idempotency.as_ref());
+        let announced = planned
+            .targets
             .iter()
-            .enumerate()
-            .filter_map(|(i, b)| Some((i, b.idempotency.as_ref()?)))
-            .collect();
-        keyed.sort_by(|(_, a), (_, b)| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
-        for (i, record) in keyed {
-            first_answers[i] = idempotency_locked(&tx, &record.scope, &record.key).await?;
-        }
-        let fresh: Vec<&IngestBatch> = batches
-            .iter()
-            .zip(&first_answers)
-            .filter(|(_, first)| first.is_none())
-            .map(|(b, _)| *b)
-            .collect();
-        let mut inserted = insert_batches(&tx, &fresh).await?.into_iter();
-        for record in fresh.iter().filter_map(|b| b.idempotency.as_ref()) {
-            insert_idempotency(&tx, record).await?;
-        }
-        let mut outcomes = Vec::with_capacity(batches.len());
-        for first in first_answers {
-            outcomes.push(match first {
+            .filter(|(target, _)| target.ordered || !held.contains(&*target.endpoint))
+            .map(|(target, id)| (&*target.endpoint, *id));
+        tokio::try_join!(
+            insert_planned(&tx, &planned),
+            try_join_all(records.map(|r| insert_idempotency(&tx, r))),
+            self.notify_deliveries(&tx, announced),
+        )?;
+        self.commit(tx).await?;
+        let mut inserted = planned.ready.into_iter();
+        Ok(first_answers
+            .into_iter()
+            .map(|first| match first {
                 Some(record) => IngestOutcome::AlreadyDone(record),
                 None => IngestOutcome::Committed(inserted.next().expect("one answer per new batch")),
-            });
-        }
-        let ready = outcomes.iter().flat_map(|o| match o {
-            IngestOutcome::Committed(ready) => ready.as_slice(),
-            IngestOutcome::AlreadyDone(_) => &[],
-        });
-        self.notify_deliveries(&tx, ready.map(|r| (&*r.endpoint, r.id)))
-            .await?;
-        self.commit(tx).await?;
-        Ok(outcomes)
+            })
+            .collect())
     }
+}
+
+/// The endpoints the batches' deliveries go to, each once.
+fn endpoints_of<'a>(batches: &[&'a IngestBatch]) -> Vec<&'a str> {
+    let all = batches.iter().flat_map(|b| &b.items).flat_map(|i| &i.endpoints);
+    let mut endpoints: Vec<&str> = all.map(|t| &*t.endpoint).collect();
+    endpoints.sort_unstable();
+    endpoints.dedup();
+    endpoints
+}
+
+/// The batches whose idempotency key has no first answer yet (or that have no key).
+fn fresh<'a>(
+    batches: &[&'a IngestBatch],
+    first_answers: &[Option<IdempotencyRecord>],
+) -> Vec<&'a IngestBatch> {
+    batches
+        .iter()
+        .zip(first_answers)
+        .filter(|(_, first)| first.is_none())
+        .map(|(b, _)| *b)
+        .collect()
+}
+
+/// The batches with an idempotency key, by index, in key order.
+fn keyed_in_order<'a>(batches: &[&'a IngestBatch]) -> Vec<(usize, &'a IdempotencyRecord)> {
+    let mut keyed: Vec<(usize, &IdempotencyRecord)> = batches
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| Some((i, b.idempotency.as_ref()?)))
+        .collect();
+    keyed.sort_by(|(_, a), (_, b)| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+    keyed
 }
 
 /// The answer of a request whose group's leader went away before answering (its task was

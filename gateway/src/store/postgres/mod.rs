@@ -440,34 +440,44 @@ async fn insert_idempotency<C: GenericClient>(c: &C, r: &IdempotencyRecord) -> S
     Ok(())
 }
 
-/// Inserts the events of one or more ingestion batches and their deliveries with one
-/// statement each, not one per row: a batch of 100 events fanned out to 10 endpoints was 1 100
-/// round trips, and a group of concurrent requests (`group.rs`) is one statement too. Keys are
-/// taken from the sequences first and handed out in the batches' order, so that ids follow it
-/// as they did row by row (one key's deliveries are taken in id order after a restart). Each
-/// batch's deliveries are made at its own `now`; the answer has each batch's ready deliveries.
-/// An event already stored fails the whole call with [`StoreError::DuplicateEvent`]; the
-/// caller's transaction then keeps nothing of it.
-async fn insert_batches<C: GenericClient>(
+/// The keys and rows of one or more ingestion batches, ready to be inserted with one statement
+/// for the events and one for the deliveries, not one per row: a batch of 100 events fanned out
+/// to 10 endpoints was 1 100 round trips, and a group of concurrent requests (`group.rs`) is one
+/// statement too.
+pub(super) struct Planned<'a> {
+    items: Vec<&'a IngestItem>,
+    seqs: Vec<i64>,
+    deliveries: DeliveryColumns<'a>,
+    /// Each batch's ready deliveries, in the order of the batches.
+    pub(super) ready: Vec<Vec<ReadyDelivery>>,
+    /// Each delivery with its target, for the cluster's notice.
+    pub(super) targets: Vec<(&'a Target, DeliveryId)>,
+}
+
+/// Takes the keys of the batches' events and deliveries from the sequences and lays their rows
+/// out. Keys are handed out in the batches' order, so that ids follow it as they did row by
+/// row (one key's deliveries are taken in id order after a restart). Each batch's deliveries
+/// are made at its own `now`.
+pub(super) async fn plan_batches<'a, C: GenericClient>(
     c: &C,
-    batches: &[&IngestBatch],
-) -> StoreResult<Vec<Vec<ReadyDelivery>>> {
+    batches: &[&'a IngestBatch],
+) -> StoreResult<Planned<'a>> {
     let items: Vec<&IngestItem> = batches.iter().flat_map(|b| &b.items).collect();
-    let targets: usize = items.iter().map(|i| i.endpoints.len()).sum();
-    let (seqs, ids) = take_keys(c, items.len(), targets).await?;
-    insert_events(c, &items, &seqs).await?;
-    let mut out = Vec::with_capacity(batches.len());
-    let mut columns = DeliveryColumns::default();
-    let mut ids = ids.into_iter();
-    let mut seqs = seqs.iter();
+    let count: usize = items.iter().map(|i| i.endpoints.len()).sum();
+    let (seqs, ids) = take_keys(c, items.len(), count).await?;
+    let mut deliveries = DeliveryColumns::default();
+    let mut targets = Vec::with_capacity(count);
+    let mut ready = Vec::with_capacity(batches.len());
+    let (mut ids, mut next_seq) = (ids.into_iter(), seqs.iter());
     for batch in batches {
         let mut ready_ones = Vec::with_capacity(batch.items.iter().map(|i| i.endpoints.len()).sum());
         for item in &batch.items {
-            let seq = *seqs.next().expect("one key per event");
+            let seq = *next_seq.next().expect("one key per event");
             for target in &item.endpoints {
                 let id = ids.next().expect("one key per delivery");
-                columns.push(id, seq, &item.event, target, batch.now);
-                ready_ones.push(ready(
+                deliveries.push(id, seq, &item.event, target, batch.now);
+                targets.push((target, DeliveryId(id)));
+                ready_ones.push(ready_delivery(
                     DeliveryId(id),
                     target.endpoint.clone(),
                     item.event.clone(),
@@ -475,10 +485,27 @@ async fn insert_batches<C: GenericClient>(
                 ));
             }
         }
-        out.push(ready_ones);
+        ready.push(ready_ones);
     }
-    insert_deliveries(c, &columns).await?;
-    Ok(out)
+    Ok(Planned {
+        items,
+        seqs,
+        deliveries,
+        ready,
+        targets,
+    })
+}
+
+/// Inserts what [`plan_batches`] laid out, both statements sent at once (they may reach the
+/// server in either order; neither reads what the other writes). An event already
+/// stored fails the whole call with [`StoreError::DuplicateEvent`]; the caller's transaction
+/// then keeps nothing of it.
+pub(super) async fn insert_planned<C: GenericClient>(c: &C, planned: &Planned<'_>) -> StoreResult<()> {
+    tokio::try_join!(
+        insert_events(c, &planned.items, &planned.seqs),
+        insert_deliveries(c, &planned.deliveries)
+    )?;
+    Ok(())
 }
 
 /// Inserts new pending deliveries in their first round, each made at its `now`.
@@ -603,7 +630,7 @@ impl<'a> DeliveryColumns<'a> {
     }
 }
 
-fn ready(id: DeliveryId, endpoint: Arc<str>, event: Arc<Event>, now: Timestamp) -> ReadyDelivery {
+fn ready_delivery(id: DeliveryId, endpoint: Arc<str>, event: Arc<Event>, now: Timestamp) -> ReadyDelivery {
     ReadyDelivery {
         id,
         endpoint,
@@ -860,7 +887,7 @@ async fn restart_round<C: GenericClient>(
     Ok(Restarted {
         ready: ReadyDelivery {
             round: round + 1,
-            ..ready(id, Arc::from(endpoint), Arc::new(event_from_row(&row, 3)), now)
+            ..ready_delivery(id, Arc::from(endpoint), Arc::new(event_from_row(&row, 3)), now)
         },
         was_pending,
     })
@@ -971,7 +998,12 @@ impl Store for PgStore {
         let mut out = Vec::with_capacity(kept.len());
         for ((event, seq), id) in kept.iter().zip(ids) {
             columns.push(id, *seq, event, &target, now);
-            out.push(ready(DeliveryId(id), target.endpoint.clone(), event.clone(), now));
+            out.push(ready_delivery(
+                DeliveryId(id),
+                target.endpoint.clone(),
+                event.clone(),
+                now,
+            ));
         }
         insert_deliveries(&tx, &columns).await?;
         if let Some((mut record, answer)) = idempotency {

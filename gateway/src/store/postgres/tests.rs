@@ -92,10 +92,14 @@ fn event(id: &str) -> Arc<Event> {
 }
 
 fn batch(id: &str) -> IngestBatch {
+    batch_to(id, &[Target::untenanted("e")])
+}
+
+fn batch_to(id: &str, targets: &[Target]) -> IngestBatch {
     IngestBatch {
         items: vec![IngestItem {
             event: event(id),
-            endpoints: vec![Target::untenanted("e")],
+            endpoints: targets.to_vec(),
         }],
         idempotency: None,
         now: Timestamp::from_millis(1_767_225_600_000),
@@ -304,7 +308,12 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
 
     let mut at_a = a.listen().await.unwrap();
     let mut at_b = b.listen().await.unwrap();
-    let IngestOutcome::Committed(ready) = a.ingest(batch("evt_1")).await.unwrap() else {
+    // To an endpoint no node holds: its deliveries are announced (see the next test).
+    let IngestOutcome::Committed(ready) = a
+        .ingest(batch_to("evt_1", &[Target::untenanted("x")]))
+        .await
+        .unwrap()
+    else {
         panic!("not committed");
     };
     let wait = Duration::from_secs(5);
@@ -327,7 +336,7 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].1.id, "evt_1");
     assert_eq!(
-        b.pending_of(&e).await.unwrap(),
+        b.pending_of(&[Arc::from("x")]).await.unwrap(),
         b.pending_of(&[Arc::from("e"), Arc::from("x")]).await.unwrap()
     );
 
@@ -352,6 +361,142 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
         (nodes[0].left_at, nodes[0].started_at),
         (None, Timestamp::from_millis(2))
     );
+}
+
+/// An ingestion group announces only the deliveries another node needs to hear of: not those
+/// of an unordered endpoint whose lease the ingesting node holds (its own scheduler takes
+/// them), but those of endpoints it does not hold and of ordered endpoints (every node takes
+/// those from the notices, in commit order). No notice also means no wait for PostgreSQL's
+/// notify lock, which serialises every notifying commit.
+#[tokio::test]
+async fn a_group_announces_only_what_another_node_needs() {
+    let Some(db) = TestDb::create().await else { return };
+    let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
+    let held: Vec<Arc<str>> = vec![Arc::from("held"), Arc::from("ordered")];
+    a.hold_endpoints(&held, &[], Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut at_b = b.listen().await.unwrap();
+    let ordered = Target {
+        ordered: true,
+        ..Target::untenanted("ordered")
+    };
+    let targets = [
+        Target::untenanted("held"),
+        ordered,
+        Target::untenanted("elsewhere"),
+    ];
+    let IngestOutcome::Committed(ready) = a.ingest(batch_to("evt_1", &targets)).await.unwrap() else {
+        panic!("not committed");
+    };
+    let wait = Duration::from_secs(5);
+    let announced = |r: &[ReadyDelivery]| -> Vec<(Arc<str>, DeliveryId)> {
+        r.iter().map(|r| (r.endpoint.clone(), r.id)).collect()
+    };
+    assert_eq!(
+        tokio::time::timeout(wait, at_b.next()).await.unwrap(),
+        Some(ClusterNotice::Deliveries {
+            ids: announced(&ready[1..]),
+            own: false
+        }),
+        "the ordered endpoint's and the unheld one's, not the held one's"
+    );
+    let only_held = batch_to("evt_2", &[Target::untenanted("held")]);
+    let IngestOutcome::Committed(_) = a.ingest(only_held).await.unwrap() else {
+        panic!("not committed");
+    };
+    let IngestOutcome::Committed(next) = a.ingest(batch_to("evt_3", &targets[2..])).await.unwrap() else {
+        panic!("not committed");
+    };
+    assert_eq!(
+        tokio::time::timeout(wait, at_b.next()).await.unwrap(),
+        Some(ClusterNotice::Deliveries {
+            ids: announced(&next),
+            own: false
+        }),
+        "a group of held deliveries alone sent no notice"
+    );
+}
+
+/// A lease changes hands only between ingestion groups: a group waits for a move under way and
+/// reads the leases after it (so it announces what the new holder needs), and a move waits for
+/// the groups under way (so the new holder's full read finds what they made). A renewal that
+/// moves nothing waits for no group.
+#[tokio::test]
+async fn a_lease_moves_only_between_ingestion_groups() {
+    let Some(db) = TestDb::create().await else { return };
+    let a = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    let b = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap());
+    let (e, lease) = (vec![Arc::<str>::from("e")], Duration::from_secs(60));
+    a.hold_endpoints(&e, &[], lease).await.unwrap();
+    let mut at_b = b.listen().await.unwrap();
+    let raw = admin_client(&db.url).await;
+
+    // A move under way (another node's takeover, not committed yet): the group waits for it.
+    let lease_moves = super::cluster::LEASE_MOVES;
+    raw.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({lease_moves}); UPDATE endpoint_leases SET node = 'node-b'"
+    ))
+    .await
+    .unwrap();
+    let ingest = tokio::spawn({
+        let a = a.clone();
+        async move { a.ingest(batch("evt_1")).await }
+    });
+    let waited = lease_moves_waited_for(&raw).await && !ingest.is_finished();
+    // Committed before any assertion: a failed test must not leave the schema locked.
+    raw.batch_execute("COMMIT").await.unwrap();
+    assert!(waited, "the group waits for the move");
+    let IngestOutcome::Committed(ready) = ingest.await.unwrap().unwrap() else {
+        panic!("not committed");
+    };
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), at_b.next())
+            .await
+            .unwrap(),
+        Some(ClusterNotice::Deliveries {
+            ids: vec![(ready[0].endpoint.clone(), ready[0].id)],
+            own: false
+        }),
+        "read after the move: b holds the endpoint now and hears of its delivery"
+    );
+
+    // A group under way: a move (b gives the lease back) waits for it; a renewal does not.
+    raw.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock_shared({lease_moves})"
+    ))
+    .await
+    .unwrap();
+    let renewed = tokio::time::timeout(Duration::from_secs(5), b.hold_endpoints(&e, &[], lease)).await;
+    if !matches!(&renewed, Ok(Ok(held)) if *held == e) {
+        raw.batch_execute("COMMIT").await.unwrap();
+        panic!("a renewal that moves nothing waited, or failed: {renewed:?}");
+    }
+    let release = tokio::spawn({
+        let b = b.clone();
+        async move { b.hold_endpoints(&[], &e, lease).await }
+    });
+    let waited = lease_moves_waited_for(&raw).await && !release.is_finished();
+    raw.batch_execute("COMMIT").await.unwrap();
+    assert!(waited, "the move waits for the group");
+    assert!(release.await.unwrap().unwrap().is_empty(), "given back");
+}
+
+/// Whether a session of this schema waits for the lease-moves lock, within 10 s.
+async fn lease_moves_waited_for(c: &tokio_postgres::Client) -> bool {
+    let waiting = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+             AND ((classid::bigint << 32) | objid::bigint) = {}",
+        super::cluster::LEASE_MOVES
+    );
+    for _ in 0..400 {
+        if c.query_one(&waiting, &[]).await.unwrap().get::<_, i64>(0) > 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
 }
 
 /// The keeper's renewal extends only the leases a node still holds: it takes no free lease,
