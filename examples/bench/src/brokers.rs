@@ -204,7 +204,7 @@ impl Bench {
             "dest_http",
             "end to end to a destination: HTTP (the sink)",
             "deliveries/s",
-            http.0,
+            http.rate,
             None,
         );
         for kind in ["nats", "amqp", "redis", "mqtt"] {

@@ -140,11 +140,9 @@ impl GatewayProcess {
     pub(crate) fn memory(&self) -> anyhow::Result<Memory> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
         let field = |name: &str| -> anyhow::Result<u64> {
-            let line = status
-                .lines()
-                .find(|l| l.starts_with(name))
+            let value = status_field(&status, name)
                 .with_context(|| format!("{name} in /proc/{}/status", self.pid))?;
-            let kib: u64 = line.split_whitespace().nth(1).context("a number")?.parse()?;
+            let kib: u64 = value.split_whitespace().next().context("a number")?.parse()?;
             Ok(kib * 1024)
         };
         Ok(Memory {
@@ -157,6 +155,29 @@ impl GatewayProcess {
     pub(crate) fn cpu_time(&self) -> anyhow::Result<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
         Ok(stat_cpu(&stat).context("the stat line")?.1)
+    }
+
+    /// How often each kind of thread has gone to sleep so far (its voluntary context switches:
+    /// each one is a wake-up later), by thread name with any trailing number dropped
+    /// (`tokio-rt-worker`, `hookgate-writer`, `hookgate-schedu`: Linux keeps 15 bytes of a
+    /// name). Threads that ended meanwhile are not counted.
+    pub(crate) fn sleeps_by_thread(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut sleeps = std::collections::BTreeMap::new();
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return sleeps;
+        };
+        for task in tasks.flatten() {
+            let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+                continue;
+            };
+            let field = |name: &str| status_field(&status, name);
+            let (Some(name), Some(count)) = (field("Name:"), field("voluntary_ctxt_switches:")) else {
+                continue;
+            };
+            let kind = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
+            *sleeps.entry(kind.to_owned()).or_default() += count.parse::<u64>().unwrap_or(0);
+        }
+        sleeps
     }
 
     /// SIGTERM, then waits for the graceful shutdown to finish; returns how long it took.
@@ -200,6 +221,17 @@ fn clock_ticks_per_second() -> u64 {
     })
 }
 
+/// The value of the line of a `/proc/.../status` file that starts with `name` (`VmRSS:`),
+/// trimmed.
+fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim)
+}
+
+/// `cpu` spread over `n` deliveries, in µs each.
+pub(crate) fn micros_each(cpu: Duration, n: u64) -> f64 {
+    cpu.as_secs_f64() * 1e6 / n.max(1) as f64
+}
+
 /// The command name and the CPU time (user + system) of a `/proc/PID/stat` line.
 fn stat_cpu(stat: &str) -> Option<(&str, Duration)> {
     // The command name may contain spaces; the fields after its closing parenthesis don't.
@@ -227,4 +259,27 @@ pub(crate) fn cpu_by_process(name: &str) -> std::collections::HashMap<u32, Durat
         (comm == name).then_some((pid, cpu))
     })
     .collect()
+}
+
+/// The CPU time the processes named `name` used since `before` (a process that ended meanwhile
+/// takes its share with it; a pool keeps its backends open, so that is little).
+pub(crate) fn cpu_since(before: &std::collections::HashMap<u32, Duration>, name: &str) -> Duration {
+    cpu_by_process(name)
+        .iter()
+        .map(|(pid, cpu)| cpu.saturating_sub(before.get(pid).copied().unwrap_or_default()))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_field;
+
+    #[test]
+    fn a_status_field_is_read_by_its_name() {
+        let status = "Name:\ttokio-rt-worker\nVmRSS:\t   12345 kB\nvoluntary_ctxt_switches:\t42\n";
+        assert_eq!(status_field(status, "Name:"), Some("tokio-rt-worker"));
+        assert_eq!(status_field(status, "VmRSS:"), Some("12345 kB"));
+        assert_eq!(status_field(status, "voluntary_ctxt_switches:"), Some("42"));
+        assert_eq!(status_field(status, "VmHWM:"), None);
+    }
 }

@@ -15,7 +15,7 @@ use anyhow::{Context, bail};
 use hookgate_loadgen::{Client, Shape, Stop, closed_loop, unix_us};
 use hookgate_sink::{Sink, SinkOptions};
 
-use crate::child::{GatewayProcess, cpu_by_process};
+use crate::child::{GatewayProcess, cpu_by_process, cpu_since, micros_each};
 use crate::report::Target;
 use crate::scenarios::{Bench, SECRET, Site, ensure_no_errors, target, wait_until};
 
@@ -312,13 +312,7 @@ impl Bench {
             .map(|g| g.cpu_time())
             .sum::<anyhow::Result<Duration>>()?
             - cpu_before;
-        // A backend that ended meanwhile takes its share with it; the nodes' pools keep theirs
-        // open, so that is little.
-        let db_after = cpu_by_process("postgres");
-        let db_cpu: Duration = db_after
-            .iter()
-            .map(|(pid, cpu)| cpu.saturating_sub(db_before.get(pid).copied().unwrap_or_default()))
-            .sum();
+        let db_cpu = cpu_since(&db_before, "postgres");
         let mut event_reads = 0.0;
         for gw in &gateways {
             event_reads += self.counter(gw, "hookgate_event_reads_total").await?;
@@ -340,8 +334,8 @@ impl Bench {
             bail!("the sink saw {} bad signatures", stats.signatures_invalid);
         }
         let rate = expected as f64 / seconds;
-        let cpu_us = cpu.as_secs_f64() * 1e6 / expected as f64;
-        let db_cpu_us = (!db_after.is_empty()).then(|| db_cpu.as_secs_f64() * 1e6 / expected as f64);
+        let cpu_us = micros_each(cpu, expected);
+        let db_cpu_us = (!db_before.is_empty()).then(|| micros_each(db_cpu, expected));
         self.say(&format!(
             "{layout:?}: {expected} deliveries in {seconds:.2} s = {rate:.0}/s; CPU {cpu_us:.1} µs/delivery, database {db_cpu_us:?}; \
              {event_reads} attempts read their event back; endpoints per node {split}"
