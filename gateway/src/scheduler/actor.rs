@@ -221,15 +221,13 @@ impl Actor {
         (actor, feeder)
     }
 
-    /// Takes in the pending deliveries the store holds at start, without their events (each
-    /// is read when due).
+    /// Takes in a page of the pending deliveries the store holds at start, without their
+    /// events (each is read when due).
     pub(super) fn restore(&mut self, pending: Vec<PendingDelivery>) {
-        let restored = pending.len();
         let now = self.clock.now();
         for p in pending {
             self.take_pending(p, now);
         }
-        tracing::info!(restored, "scheduler queue rebuilt from the store");
     }
 
     /// Takes in one pending delivery read from the store (its event is read when due).

@@ -530,8 +530,23 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<IngestOutcome>;
 
-    /// Every pending delivery, without payloads, to rebuild the in-memory queue after a start.
-    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>>;
+    /// The pending deliveries with ids above `after` (all, without one), in id order, at most
+    /// `limit`, without payloads. The in-memory queue is rebuilt from these pages after a
+    /// start, so that a million pending deliveries never lie in one vector beside the queue
+    /// being built from them: the memory that vector took stayed with the process.
+    async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>>;
+
+    /// Every pending delivery, in id order, read page by page.
+    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
+        let mut all: Vec<PendingDelivery> = Vec::new();
+        loop {
+            let page = self.pending_page(all.last().map(|p| p.id), 10_000).await?;
+            if page.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page);
+        }
+    }
 
     async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>>;
 

@@ -867,16 +867,17 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
-        self.read(|conn| {
-            let mut stmt = conn.prepare(
+    async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
                 "SELECT d.id, d.endpoint, d.next_attempt_at, d.round, d.attempt_count, e.ordering_key, d.round_started_at
                  FROM deliveries d JOIN events e ON e.seq = d.event_seq
-                 WHERE d.status = 'pending' ORDER BY d.id",
+                 WHERE d.status = 'pending' AND d.id > ?1 ORDER BY d.id LIMIT ?2",
             )?;
-            // Endpoint names repeat a million times; share one allocation per name.
+            // Endpoint names repeat on every row; share one allocation per name.
             let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
-            let rows = stmt.query_map([], |row| {
+            let after = after.map_or(i64::MIN, |id| id.0);
+            let rows = stmt.query_map(params![after, limit], |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, String>(1)?,
@@ -887,7 +888,7 @@ impl Store for SqliteStore {
                     ts(row, 6)?,
                 ))
             })?;
-            let mut out = Vec::new();
+            let mut out = Vec::with_capacity(limit.min(10_000) as usize);
             for row in rows {
                 let (id, endpoint, next, round, attempts_made, ordering_key, round_started_at) = row?;
                 let endpoint = names.entry(endpoint).or_insert_with_key(|k| Arc::from(k.as_str())).clone();

@@ -58,6 +58,47 @@ async fn pending_deliveries_survive_a_restart() {
     assert_eq!(attempts.iter().filter(|a| *a == "2").count(), 3, "{attempts:?}");
 }
 
+/// The queue is rebuilt from the store a page at a time (10 000 deliveries per read): every
+/// page is taken in, the last one partly full. (Without the pages after the first the queue
+/// holds 10 000 and the wait times out.)
+#[tokio::test]
+async fn a_restart_rebuilds_the_queue_from_every_page_of_pending_deliveries() {
+    use hookgate::store::IngestBatch;
+
+    const PENDING: usize = 10_050;
+    let sink = Sink::start().await;
+    // One attempt goes out and is never answered within the test; the throttle holds the
+    // rest in the queue, so the queue's depth is the number of deliveries rebuilt.
+    sink.always(Reply::status(200).delayed(Duration::from_secs(120)));
+    let yaml = format!(
+        "topics:\n  t: {{}}\nendpoints:\n  e:\n    url: {}\n    topics: [t]\n    max_per_second: 1\n",
+        sink.url("/")
+    );
+    let mut gw = TestGateway::start(&yaml).await;
+    gw.stop().await;
+
+    let store = crate::support::open_store(gw.dir.path()).await;
+    for first in (0..PENDING).step_by(1_000) {
+        let items = (first..PENDING.min(first + 1_000))
+            .map(|i| crate::support::item_for_e(&format!("evt_{i}"), "x", gw.now()));
+        let batch = IngestBatch {
+            items: items.collect(),
+            idempotency: None,
+            now: gw.now(),
+        };
+        store.ingest(batch).await.unwrap();
+    }
+    assert_eq!(store.pending_deliveries().await.unwrap().len(), PENDING);
+    store.close().await;
+    drop(store);
+
+    // A single node has rebuilt its queue before it answers; in a cluster (the suite's run on
+    // PostgreSQL) the node reads the endpoint's deliveries when it takes the lease, just after.
+    let gw = TestGateway::start_in(gw.dir.clone(), &yaml, gw.clock.clone()).await;
+    gw.wait_until("/v1/status", WAIT, |s| s["queue_depth"] == PENDING as u64)
+        .await;
+}
+
 /// Kills the child with SIGKILL when dropped, so a failing test leaves no process behind.
 struct Killer(Child);
 

@@ -427,10 +427,7 @@ async fn every_state_change_is_published_on_the_operator_topic() {
 
 #[tokio::test]
 async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_restart() {
-    use std::sync::Arc;
-
-    use hookgate::model::Event;
-    use hookgate::store::{IngestBatch, IngestItem, Target};
+    use hookgate::store::IngestBatch;
 
     let sink = Sink::start().await;
     sink.always(Reply::status(410));
@@ -446,21 +443,11 @@ async fn deliveries_left_pending_for_a_paused_endpoint_are_not_sent_after_a_rest
     let store = crate::support::open_store(gw.dir.path()).await;
     store
         .ingest(IngestBatch {
-            items: vec![IngestItem {
-                event: Arc::new(Event {
-                    id: "evt_left_pending".into(),
-                    topic: "t".into(),
-                    event_type: "order.created".into(),
-                    content_type: "application/json".into(),
-                    payload: "{}".into(),
-                    ordering_key: None,
-                    received_at: gw.now(),
-                    tenant: None,
-                    trace: None,
-                    labels: Default::default(),
-                }),
-                endpoints: vec![Target::untenanted("e")],
-            }],
+            items: vec![crate::support::item_for_e(
+                "evt_left_pending",
+                "order.created",
+                gw.now(),
+            )],
             idempotency: None,
             now: gw.now(),
         })

@@ -679,6 +679,26 @@ pub async fn open_store(dir: &std::path::Path) -> Arc<dyn hookgate::store::Store
     }
 }
 
+/// An ingestion item for a store opened with [`open_store`]: the event `id` of `event_type`
+/// on topic `t`, an empty JSON object received at `at`, to endpoint `e`.
+pub fn item_for_e(id: &str, event_type: &str, at: Timestamp) -> hookgate::store::IngestItem {
+    hookgate::store::IngestItem {
+        event: Arc::new(hookgate::model::Event {
+            id: id.into(),
+            topic: "t".into(),
+            event_type: event_type.into(),
+            content_type: "application/json".into(),
+            payload: "{}".into(),
+            ordering_key: None,
+            received_at: at,
+            tenant: None,
+            trace: None,
+            labels: Default::default(),
+        }),
+        endpoints: vec![hookgate::store::Target::untenanted("e")],
+    }
+}
+
 /// The rows in each of `tables` of the test directory's store (the SQLite file or the
 /// PostgreSQL schema), read beside the running gateway.
 pub async fn row_counts(dir: &std::path::Path, tables: &[&str]) -> Vec<i64> {

@@ -283,7 +283,7 @@ const PENDING_SELECT: &str = "SELECT d.id, d.endpoint, d.next_attempt_at, d.roun
      WHERE d.status = 'pending'";
 
 fn pending_from_rows(rows: &[Row]) -> Vec<PendingDelivery> {
-    // Endpoint names repeat a million times; share one allocation per name.
+    // Endpoint names repeat on every row; share one allocation per name.
     let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
     rows.iter()
         .map(|row| {
@@ -1016,9 +1016,11 @@ impl Store for PgStore {
         Ok(IngestOutcome::Committed(out))
     }
 
-    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
+    async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>> {
         let conn = self.conn().await?;
-        let rows = query(&conn, &format!("{PENDING_SELECT} ORDER BY d.id"), &[]).await?;
+        let sql = format!("{PENDING_SELECT} AND d.id > $1 ORDER BY d.id LIMIT $2");
+        let after = after.map_or(i64::MIN, |id| id.0);
+        let rows = query(&conn, &sql, &[&after, &i64::from(limit)]).await?;
         Ok(pending_from_rows(&rows))
     }
 
