@@ -830,6 +830,11 @@ impl Bench {
             .context("the first request's time")?;
         let restored = self.queue_depth(&gw).await?;
         let restarted = gw.memory()?;
+        // The allocator returns freed memory a while after it was freed (mimalloc: a second
+        // for a page, ten for an arena's), at a later allocation: this says how much of the
+        // figure above is such memory.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let settled = gw.memory()?;
         let ready = gw.start_time;
         gw.stop().await?;
 
@@ -837,7 +842,7 @@ impl Bench {
         self.say(&format!(
             "ingested {} events at {:.0}/s; {pending} pending; RSS idle {:.0} MiB, with backlog {:.0} MiB (peak {:.0}); \
              database {:.0} MiB; shutdown {:.2} s; restart: ready {:.2} s, deliveries resumed {resume_s:.2} s, \
-             {restored} restored, RSS {:.0} MiB",
+             {restored} restored, RSS {:.0} MiB (peak {:.0}; 12 s later {:.0})",
             load.events_accepted,
             load.events_per_s(),
             idle.rss_bytes as f64 / MIB,
@@ -847,6 +852,8 @@ impl Bench {
             shutdown.as_secs_f64(),
             ready.as_secs_f64(),
             restarted.rss_bytes as f64 / MIB,
+            restarted.peak_rss_bytes as f64 / MIB,
+            settled.rss_bytes as f64 / MIB,
         ));
         let count = fmt_count(n);
         let r = &mut self.results;
