@@ -519,6 +519,10 @@ impl Actor {
             }
             lane.waiting.push_back(due.item);
         }
+        if let Some(capacity) = lane::shrunk_capacity(self.due.capacity(), self.due.len()) {
+            self.due.shrink_to(capacity);
+            lane::give_back_freed_memory();
+        }
     }
 
     /// Starts every attempt that lanes, throttles and the global limit allow. Returns when a

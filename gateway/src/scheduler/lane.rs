@@ -255,6 +255,10 @@ impl Lane {
             return Next::NotUntil(now.plus(wait.max(Duration::from_millis(1))));
         }
         let item = self.waiting.pop_front().expect("checked non-empty");
+        if let Some(capacity) = shrunk_capacity(self.waiting.capacity(), self.waiting.len()) {
+            self.waiting.shrink_to(capacity);
+            give_back_freed_memory();
+        }
         self.in_flight += 1;
         Next::Go(item)
     }
@@ -275,6 +279,28 @@ impl Lane {
         }
         dropped
     }
+}
+
+/// The capacity a queue of the scheduler shrinks to once it holds less than a quarter of what
+/// it has room for, with more than 4 096 places empty: twice its length, so that a queue that
+/// grows and drains again reallocates rarely. A burst — a start's million pending deliveries,
+/// all due at once, go through the heap into their lane — grows a queue to its size, and a
+/// `BinaryHeap` or `VecDeque` never gives that memory back by itself: 100-odd bytes per
+/// delivery of the burst, resident for good.
+pub(super) fn shrunk_capacity(capacity: usize, len: usize) -> Option<usize> {
+    (capacity / 4 > len && capacity - len > 4096).then_some(len * 2)
+}
+
+/// Asks the allocator to return the memory freed so far to the system now, after a queue
+/// shrank. The binaries allocate with mimalloc, which returns a freed large block ten seconds
+/// later and only during a later allocation of such blocks: a gateway that sat nearly idle
+/// after a burst (a start with a million deliveries pending for a throttled endpoint) kept
+/// its queue's old buffer resident. With another global allocator (the tests) this finds
+/// mimalloc's own empty state and does nothing.
+#[allow(unsafe_code)]
+pub(super) fn give_back_freed_memory() {
+    // SAFETY: `mi_collect` has no precondition; it walks the allocator's own state.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
 fn limiter(rate_per_second: f64, clock: Arc<dyn Clock>) -> Limiter {
@@ -311,6 +337,31 @@ mod tests {
             epoch: 0,
             due_at: Timestamp::from_millis(0),
         }
+    }
+
+    #[test]
+    fn a_queue_shrinks_only_when_mostly_empty() {
+        assert_eq!(shrunk_capacity(1 << 20, 0), Some(0));
+        assert_eq!(shrunk_capacity(1 << 20, 200_000), Some(400_000));
+        assert_eq!(
+            shrunk_capacity(1 << 20, 300_000),
+            None,
+            "a quarter or more is in use"
+        );
+        assert_eq!(shrunk_capacity(4096, 0), None, "small queues keep their room");
+    }
+
+    #[test]
+    fn a_drained_lane_gives_back_what_a_burst_took() {
+        let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
+        let cfg = config("topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t]}\n");
+        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
+        lane.max_in_flight = u32::MAX;
+        for i in 0..100_000 {
+            lane.waiting.push_back(item(i, None));
+        }
+        while let Next::Go(_) = lane.next_ready(clock.now()) {}
+        assert!(lane.waiting.capacity() < 4096, "{}", lane.waiting.capacity());
     }
 
     #[test]
