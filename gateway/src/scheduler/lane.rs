@@ -283,11 +283,11 @@ impl Lane {
 
 /// The capacity a queue of the scheduler shrinks to once it holds less than a quarter of what
 /// it has room for, with more than 65 536 places empty (about 7 MB of the heap): twice its
-/// length. Queues under load, which grow and drain by thousands, never reach that slack, so
-/// only the aftermath of a real burst pays for the copy and the allocator's collection. A burst — a start's million pending deliveries,
-/// all due at once, go through the heap into their lane — grows a queue to its size, and a
-/// `BinaryHeap` or `VecDeque` never gives that memory back by itself: 100-odd bytes per
-/// delivery of the burst, resident for good.
+/// length. A burst (a start's million pending deliveries, all due at once, go through the heap
+/// into their lane) grows a queue to its size, and a `BinaryHeap` or `VecDeque` never gives
+/// that memory back by itself: 100-odd bytes per delivery of the burst, resident for good.
+/// Queues under load, which grow and drain by thousands, never reach that slack, so only the
+/// aftermath of a real burst pays for the copy and the allocator's collection.
 pub(super) fn shrunk_capacity(capacity: usize, len: usize) -> Option<usize> {
     (capacity / 4 > len && capacity - len > 65_536).then_some(len * 2)
 }

@@ -533,7 +533,7 @@ pub trait Store: Send + Sync + 'static {
     /// The pending deliveries with ids above `after` (all, without one), in id order, at most
     /// `limit`, without payloads. The in-memory queue is rebuilt from these pages after a
     /// start, so that a million pending deliveries never lie in one vector beside the queue
-    /// being built from them: the memory that vector took stayed with the process.
+    /// being built from them.
     async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>>;
 
     /// Every pending delivery, in id order, read page by page.
