@@ -135,11 +135,7 @@ impl Ingestor {
             )
             .filter(|ep| self.scheduler.receives_events(&ep.name))
             .filter(|ep| ep.passes_filter(|| view.get_or_init(|| filter::input(event))))
-            .map(|ep| Target {
-                endpoint: ep.name.clone(),
-                tenant: ep.tenant.clone(),
-                ordered: ep.ordered,
-            })
+            .map(|ep| ep.target())
             .collect()
     }
 

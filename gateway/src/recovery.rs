@@ -20,7 +20,6 @@ use crate::model::{DeliveryId, EndpointState, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{
     AnswerFn, DeliveryRow, IdempotencyRecord, IngestOutcome, ReadyDelivery, ReplayWindow, Store, StoreError,
-    Target,
 };
 
 /// The events of `endpoint`'s topics in a time window that it would receive: its type filter,
@@ -304,11 +303,7 @@ impl Recovery {
             let make: AnswerFn = Box::new(move |ready: &[ReadyDelivery]| answer(&summary(ready)));
             (record, make)
         });
-        let target = Target {
-            endpoint: endpoint.name.clone(),
-            tenant: endpoint.tenant.clone(),
-            ordered: endpoint.ordered,
-        };
+        let target = endpoint.target();
         let (store, now) = (self.store.clone(), self.clock.now());
         let replay = self
             .committer

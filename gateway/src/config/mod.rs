@@ -371,6 +371,15 @@ impl PartialEq for EndpointConfig {
 }
 
 impl EndpointConfig {
+    /// Where a delivery to this endpoint goes, as the store records it.
+    pub fn target(&self) -> crate::store::Target {
+        crate::store::Target {
+            endpoint: self.name.clone(),
+            tenant: self.tenant.clone(),
+            ordered: self.ordered,
+        }
+    }
+
     /// Whether an event of `topic` and `event_type` goes to this endpoint (health and tenant
     /// aside).
     pub fn subscribes_to(&self, topic: &str, event_type: &str) -> bool {

@@ -519,10 +519,8 @@ impl Actor {
             }
             lane.waiting.push_back(due.item);
         }
-        if let Some(capacity) = lane::shrunk_capacity(self.due.capacity(), self.due.len()) {
-            self.due.shrink_to(capacity);
-            lane::give_back_freed_memory();
-        }
+        let (capacity, len) = (self.due.capacity(), self.due.len());
+        lane::shrink_if_drained(capacity, len, |to| self.due.shrink_to(to));
     }
 
     /// Starts every attempt that lanes, throttles and the global limit allow. Returns when a

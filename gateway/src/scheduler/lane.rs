@@ -255,10 +255,8 @@ impl Lane {
             return Next::NotUntil(now.plus(wait.max(Duration::from_millis(1))));
         }
         let item = self.waiting.pop_front().expect("checked non-empty");
-        if let Some(capacity) = shrunk_capacity(self.waiting.capacity(), self.waiting.len()) {
-            self.waiting.shrink_to(capacity);
-            give_back_freed_memory();
-        }
+        let (capacity, len) = (self.waiting.capacity(), self.waiting.len());
+        shrink_if_drained(capacity, len, |to| self.waiting.shrink_to(to));
         self.in_flight += 1;
         Next::Go(item)
     }
@@ -292,6 +290,15 @@ pub(super) fn shrunk_capacity(capacity: usize, len: usize) -> Option<usize> {
     (capacity / 4 > len && capacity - len > 65_536).then_some(len * 2)
 }
 
+/// Shrinks a queue of `capacity` holding `len` with `shrink_to` when [`shrunk_capacity`] says
+/// so, and then has the allocator return the freed room at once.
+pub(super) fn shrink_if_drained(capacity: usize, len: usize, shrink_to: impl FnOnce(usize)) {
+    if let Some(to) = shrunk_capacity(capacity, len) {
+        shrink_to(to);
+        give_back_freed_memory();
+    }
+}
+
 /// Asks the allocator to return the memory freed so far to the system now, after a queue
 /// shrank. The binaries allocate with mimalloc, which returns a freed large block ten seconds
 /// later and only during a later allocation of such blocks: a gateway that sat nearly idle
@@ -299,7 +306,7 @@ pub(super) fn shrunk_capacity(capacity: usize, len: usize) -> Option<usize> {
 /// its queue's old buffer resident. With another global allocator (the tests) this finds
 /// mimalloc's own empty state and does nothing.
 #[allow(unsafe_code)]
-pub(super) fn give_back_freed_memory() {
+fn give_back_freed_memory() {
     // SAFETY: `mi_collect` has no precondition; it walks the allocator's own state.
     unsafe { libmimalloc_sys::mi_collect(true) }
 }

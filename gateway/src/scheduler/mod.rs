@@ -69,26 +69,6 @@ pub struct Scheduler {
     feeder: actor::FeederChannels,
 }
 
-/// Pending deliveries read from the store at once while the queue is rebuilt.
-const RESTORE_PAGE: u32 = 10_000;
-
-/// Rebuilds the queue from the store's pending deliveries, a page at a time.
-async fn restore_pending(actor: &mut Actor, store: &dyn Store) -> Result<(), StoreError> {
-    let (mut after, mut restored) = (None, 0);
-    loop {
-        let page = store.pending_page(after, RESTORE_PAGE).await?;
-        let full = page.len() == RESTORE_PAGE as usize;
-        after = page.last().map(|p| p.id).or(after);
-        restored += page.len();
-        actor.restore(page);
-        if !full {
-            break;
-        }
-    }
-    tracing::info!(restored, "scheduler queue rebuilt from the store");
-    Ok(())
-}
-
 impl Scheduler {
     pub async fn load(deps: SchedulerDeps) -> Result<(Scheduler, SchedulerHandle), StoreError> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -106,7 +86,8 @@ impl Scheduler {
         actor.arm_every_health_timer();
         if !clustered {
             actor.restore_holds(store.held_keys().await?);
-            restore_pending(&mut actor, &*store).await?;
+            let restored = store.each_pending_page(&mut |page| actor.restore(page)).await?;
+            tracing::info!(restored, "scheduler queue rebuilt from the store");
         }
         let handle = SchedulerHandle { tx, shared };
         Ok((Scheduler { actor, feeder }, handle))

@@ -488,6 +488,9 @@ pub struct AttemptListRow {
     pub attempt: Attempt,
 }
 
+/// Pending deliveries read at once when the queue is rebuilt (see [`Store::pending_page`]).
+pub const PENDING_PAGE: u32 = 10_000;
+
 /// The gateway's durable state, in the domain's terms.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -536,16 +539,30 @@ pub trait Store: Send + Sync + 'static {
     /// being built from them.
     async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>>;
 
-    /// Every pending delivery, in id order, read page by page.
-    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
-        let mut all: Vec<PendingDelivery> = Vec::new();
+    /// Every pending delivery, in id order, handed to `take` a page of [`PENDING_PAGE`] at a
+    /// time; answers how many there were.
+    async fn each_pending_page(
+        &self,
+        take: &mut (dyn FnMut(Vec<PendingDelivery>) + Send),
+    ) -> StoreResult<usize> {
+        let (mut after, mut count) = (None, 0);
         loop {
-            let page = self.pending_page(all.last().map(|p| p.id), 10_000).await?;
-            if page.is_empty() {
-                return Ok(all);
+            let page = self.pending_page(after, PENDING_PAGE).await?;
+            let full = page.len() == PENDING_PAGE as usize;
+            after = page.last().map(|p| p.id).or(after);
+            count += page.len();
+            take(page);
+            if !full {
+                return Ok(count);
             }
-            all.extend(page);
         }
+    }
+
+    /// Every pending delivery, in id order.
+    async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
+        let mut all = Vec::new();
+        self.each_pending_page(&mut |page| all.extend(page)).await?;
+        Ok(all)
     }
 
     async fn delivery_for_attempt(&self, id: DeliveryId) -> StoreResult<Option<DeliveryForAttempt>>;

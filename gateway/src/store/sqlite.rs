@@ -888,7 +888,7 @@ impl Store for SqliteStore {
                     ts(row, 6)?,
                 ))
             })?;
-            let mut out = Vec::with_capacity(limit.min(10_000) as usize);
+            let mut out = Vec::with_capacity(limit.min(PENDING_PAGE) as usize);
             for row in rows {
                 let (id, endpoint, next, round, attempts_made, ordering_key, round_started_at) = row?;
                 let endpoint = names.entry(endpoint).or_insert_with_key(|k| Arc::from(k.as_str())).clone();

@@ -22,7 +22,7 @@ use crate::api::idempotency::Begin;
 use crate::config::{EndpointConfig, defaults};
 use crate::ingest::{Committed, NewEvent};
 use crate::model::{Event, EventLabels, Timestamp};
-use crate::store::{ApplicationRow, EventQuery, StoreError, Target};
+use crate::store::{ApplicationRow, EventQuery, StoreError};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -276,11 +276,7 @@ pub(crate) async fn send_to(
         labels: EventLabels::default(),
     };
     let mut prepared = state.ingestor.prepare(vec![event], None);
-    prepared.items[0].endpoints = vec![Target {
-        endpoint: endpoint.name.clone(),
-        tenant: endpoint.tenant.clone(),
-        ordered: endpoint.ordered,
-    }];
+    prepared.items[0].endpoints = vec![endpoint.target()];
     let answer = MessageOut::of(&prepared.items[0].event, true);
     state.ingestor.commit(prepared, None).await?;
     Ok(answer)

@@ -233,13 +233,14 @@ async fn hold_on(
         v.sort();
         v
     };
-    if !release.is_empty() || !holds_all(&tx, node_id, &names(wanted)).await? {
+    let (wanted, release) = (names(wanted), names(release));
+    if !release.is_empty() || !holds_all(&tx, node_id, &wanted).await? {
         lock_lease_moves(&tx).await?;
     }
     execute(
         &tx,
         "DELETE FROM endpoint_leases WHERE node = $1 AND endpoint = ANY($2)",
-        &[&node_id, &names(release)],
+        &[&node_id, &release],
     )
     .await?;
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
@@ -251,7 +252,7 @@ async fn hold_on(
                  ON CONFLICT (endpoint) DO UPDATE SET node = EXCLUDED.node, expires_at = EXCLUDED.expires_at
                  WHERE endpoint_leases.node = EXCLUDED.node OR endpoint_leases.expires_at < {NOW_MS}"
         ),
-        &[&node_id, &names(wanted), &lease_ms],
+        &[&node_id, &wanted, &lease_ms],
     )
     .await?;
     let held = query(
