@@ -420,8 +420,11 @@ impl Actor {
             .or_insert_with(|| Lane::new(endpoint, &config, self.clock.clone(), &self.metrics))
     }
 
-    /// Takes an item into the scheduler: into the heap at `at`, or, for an ordered endpoint
-    /// whose ordering key is busy, behind the key's current head.
+    /// Takes an item into the scheduler: when already due (a new event, or any delivery
+    /// pending at a start), straight into its lane; else into the heap at `at`; and for an
+    /// ordered endpoint whose ordering key is busy, behind the key's current head. A due item
+    /// skips the heap so that a start's million pending deliveries are queued once, not held
+    /// by the heap and the lane at the same time, and a new event saves a heap push and pop.
     pub(super) fn admit(&mut self, mut item: Item, at: Timestamp) {
         if self.take_superseded(&item) {
             return;
@@ -431,6 +434,7 @@ impl Actor {
         }
         self.notice_came(item.id);
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now();
         let lane = self.lane(&item.endpoint);
         item.epoch = lane.epoch;
         let was_held = item
@@ -438,12 +442,18 @@ impl Actor {
             .as_deref()
             .and_then(|key| lane.front_of(key))
             .is_some_and(|(front, held)| held && front == item.id);
-        if let Some(admitted) = lane.hold_if_key_busy(item) {
-            if was_held {
-                self.unheld(&admitted);
-            }
-            self.push_due(admitted, at);
+        let Some(mut admitted) = lane.hold_if_key_busy(item) else {
+            return;
+        };
+        if !was_held && at <= now {
+            admitted.due_at = at;
+            lane.waiting.push_back(admitted);
+            return;
         }
+        if was_held {
+            self.unheld(&admitted);
+        }
+        self.push_due(admitted, at);
     }
 
     pub(super) fn push_due(&mut self, mut item: Item, at: Timestamp) {

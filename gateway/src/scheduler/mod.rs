@@ -87,6 +87,7 @@ impl Scheduler {
         if !clustered {
             actor.restore_holds(store.held_keys().await?);
             let restored = store.each_pending_page(&mut |page| actor.restore(page)).await?;
+            lane::give_back_freed_memory();
             tracing::info!(restored, "scheduler queue rebuilt from the store");
         }
         let handle = SchedulerHandle { tx, shared };
