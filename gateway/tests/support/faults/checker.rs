@@ -25,12 +25,17 @@ pub(crate) struct Limits {
     pub(crate) max_per_second: Option<u32>,
 }
 
-/// A node frozen at `at` (SIGSTOP).
+/// A node frozen at `at` (SIGSTOP), and thawed at `thawed` (SIGCONT) if it was.
 #[derive(Debug, Clone)]
 pub(crate) struct Freeze {
     pub(crate) node: String,
     pub(crate) at: Instant,
+    pub(crate) thawed: Option<Instant>,
 }
+
+/// The attempts an endpoint may have in flight when its config sets no limit (the gateway's
+/// default `max_in_flight`).
+const DEFAULT_IN_FLIGHT: usize = 16;
 
 /// The window over which the rate of an endpoint is counted.
 pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(5);
@@ -145,7 +150,8 @@ pub(crate) fn check(
     }
     for (path, l) in limits {
         if let Some(rate) = l.max_per_second {
-            check_rate(path, rate, &seen, &mut verdict);
+            let started_unsent = l.max_in_flight.unwrap_or(DEFAULT_IN_FLIGHT);
+            check_rate(path, rate, started_unsent, &seen, freezes, &mut verdict);
         }
     }
     verdict
@@ -202,7 +208,19 @@ fn find_inversions(seen: &[&Seen], verdict: &mut Verdict) {
 /// a second's burst, the window at the rate, and one more burst for each other node that
 /// sent in the window (a node taking over starts with a full bucket). Two nodes sending at
 /// their own limit at once exceed it.
-fn check_rate(path: &str, rate: u32, seen: &[&Seen], verdict: &mut Verdict) {
+///
+/// The limit counts requests when a node starts them, the receiver when they arrive. A node
+/// stopped between the two (a freeze) writes the requests it had started, up to
+/// `started_unsent` (its in-flight limit), when it wakes, beside what its bucket holds by
+/// then: each thaw of a node that sent in the window allows that many more.
+fn check_rate(
+    path: &str,
+    rate: u32,
+    started_unsent: usize,
+    seen: &[&Seen],
+    freezes: &[Freeze],
+    verdict: &mut Verdict,
+) {
     let mine: Vec<&Seen> = seen.iter().copied().filter(|s| s.path == path).collect();
     let mut most = 0;
     let mut start = 0;
@@ -215,10 +233,17 @@ fn check_rate(path: &str, rate: u32, seen: &[&Seen], verdict: &mut Verdict) {
         most = most.max(n);
         let nodes: HashSet<&str> = window.iter().map(|s| s.node.as_str()).collect();
         let handovers = nodes.len() - 1;
-        let allowed = rate as usize * (RATE_WINDOW.as_secs() as usize + 1 + handovers);
+        let (first, last) = (mine[start].arrived, mine[end].arrived);
+        let thaws = freezes
+            .iter()
+            .filter(|f| nodes.contains(f.node.as_str()))
+            .filter(|f| f.thawed.is_some_and(|at| at >= first && at <= last))
+            .count();
+        let allowed =
+            rate as usize * (RATE_WINDOW.as_secs() as usize + 1 + handovers) + started_unsent * thaws;
         if n > allowed {
             verdict.over_rate.push(format!(
-                "{path}: {n} requests in {RATE_WINDOW:?} (with {handovers} handovers), more than {allowed} at {rate}/s"
+                "{path}: {n} requests in {RATE_WINDOW:?} (with {handovers} handovers and {thaws} thaws), more than {allowed} at {rate}/s"
             ));
             break;
         }
@@ -284,6 +309,7 @@ mod tests {
         let freezes = [Freeze {
             node: "n1".into(),
             at: base + Duration::from_millis(60),
+            thawed: None,
         }];
         let v = check(&acked, &["/a".to_owned()], &got, &at_once, &limits, &freezes);
         assert_eq!(v.lost, vec![("/a".to_owned(), "e4".to_owned())]);
@@ -328,5 +354,44 @@ mod tests {
         let v = check(&[], &[], &twice, &HashMap::new(), &limits, &[]);
         assert_eq!(v.over_rate.len(), 1, "{v:?}");
         assert!(v.most_in_window["/r"] > 14, "{v:?}");
+    }
+
+    #[test]
+    fn a_thaw_allows_what_the_node_had_started_before_its_freeze() {
+        let base = Instant::now();
+        let limits = HashMap::from([(
+            "/r".to_owned(),
+            Limits {
+                ordered: false,
+                max_in_flight: Some(3),
+                max_per_second: Some(2),
+            },
+        )]);
+        // 2/s from one node allows 12 in 5 s; 15 arrive, the last 3 right after a thaw: the
+        // requests the node had started when it stopped.
+        let arrivals = (0..12).map(|i| i * 400).chain([4_500, 4_510, 4_520]);
+        let got: Vec<Seen> = arrivals
+            .enumerate()
+            .map(|(i, ms)| seen("/r", &format!("e{i}"), "n1", None, i as u64, ms, base))
+            .collect();
+        let freeze = |thawed_ms: u64| Freeze {
+            node: "n1".into(),
+            at: base + Duration::from_millis(thawed_ms - 1_000),
+            thawed: Some(base + Duration::from_millis(thawed_ms)),
+        };
+        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[freeze(4_490)]);
+        assert!(v.over_rate.is_empty(), "{:?}", v.over_rate);
+        // Without the thaw, or with one long before the window, the same arrivals are too many.
+        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[]);
+        assert_eq!(v.over_rate.len(), 1, "{v:?}");
+        let got_later: Vec<Seen> = got
+            .iter()
+            .map(|s| Seen {
+                arrived: s.arrived + Duration::from_secs(10),
+                ..s.clone()
+            })
+            .collect();
+        let v = check(&[], &[], &got_later, &HashMap::new(), &limits, &[freeze(4_490)]);
+        assert_eq!(v.over_rate.len(), 1, "{v:?}");
     }
 }

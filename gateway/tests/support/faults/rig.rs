@@ -256,17 +256,23 @@ impl Rig {
         .unwrap_or_default()
     }
 
-    /// SIGSTOP, remembered for the checker's count of duplicates.
+    /// SIGSTOP, remembered for the checker's count of duplicates and of the rate.
     pub(crate) fn freeze(&mut self, i: usize) {
         self.nodes[i].freeze();
         self.freezes.push(Freeze {
             node: self.nodes[i].name.clone(),
             at: Instant::now(),
+            thawed: None,
         });
     }
 
+    /// SIGCONT, remembered with the node's latest freeze.
     pub(crate) fn thaw(&mut self, i: usize) {
         self.nodes[i].thaw();
+        let name = &self.nodes[i].name;
+        if let Some(freeze) = self.freezes.iter_mut().rev().find(|f| &f.node == name) {
+            freeze.thawed.get_or_insert_with(Instant::now);
+        }
     }
 
     /// The node that sent the latest request to `path`.
