@@ -301,11 +301,12 @@ pub(super) fn shrink_if_drained(capacity: usize, len: usize, shrink_to: impl FnO
 
 /// Asks the allocator to return the memory freed so far to the system now: after a queue
 /// shrank, and after a start queued its pending deliveries (the lanes' queues grew by
-/// doubling, and each outgrown buffer is free but still resident). The binaries allocate with mimalloc, which returns a freed large block ten seconds
-/// later and only during a later allocation of such blocks: a gateway that sat nearly idle
-/// after a burst (a start with a million deliveries pending for a throttled endpoint) kept
-/// its queue's old buffer resident. With another global allocator (the tests) this finds
-/// mimalloc's own empty state and does nothing.
+/// doubling, and each outgrown buffer is free but still resident). The binaries allocate
+/// with mimalloc, which returns a freed large block ten seconds later and only during a later
+/// allocation of such blocks: a gateway that sat nearly idle after a burst (a start with a
+/// million deliveries pending for a throttled endpoint) kept its queue's old buffer resident.
+/// With another global allocator (the tests) this finds mimalloc's own empty state and does
+/// nothing.
 #[allow(unsafe_code)]
 pub(super) fn give_back_freed_memory() {
     // SAFETY: `mi_collect` has no precondition; it walks the allocator's own state.

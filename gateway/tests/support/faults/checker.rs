@@ -33,9 +33,8 @@ pub(crate) struct Freeze {
     pub(crate) thawed: Option<Instant>,
 }
 
-/// The attempts an endpoint may have in flight when its config sets no limit (the gateway's
-/// default `max_in_flight`).
-const DEFAULT_IN_FLIGHT: usize = 16;
+/// The attempts an endpoint may have in flight when its config sets no limit.
+const DEFAULT_IN_FLIGHT: usize = hookgate::config::defaults::MAX_IN_FLIGHT_PER_ENDPOINT as usize;
 
 /// The window over which the rate of an endpoint is counted.
 pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(5);
