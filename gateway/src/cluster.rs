@@ -14,8 +14,10 @@
 //! (`crate::fence`): a node that was frozen, or cut off from the database, stops before any
 //! other node may take its endpoints over, and a lease that lapsed here is taken anew, with the
 //! endpoint's pending deliveries read again, before this node sends more of it. The heartbeat
-//! and the renewals run on a connection of their own, and a keeper renews the leases held
-//! whenever the node's turn runs late (a slow database read, many notices).
+//! and the renewals run on connections of their own, and a keeper renews the leases held
+//! whenever the node's turn runs late (a slow database read, many notices, a turn's lease
+//! transaction waiting for the lock that moves leases): the keeper has a connection of its
+//! own beside the turn's, so it never waits for the turn it stands in for.
 //!
 //! Deliveries made pending on one node for an endpoint another node delivers reach the owner
 //! by the commit's notice (`NOTIFY`); a node that gains an endpoint, or whose notice stream

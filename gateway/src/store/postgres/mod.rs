@@ -42,10 +42,17 @@ const POOL_WAIT: Duration = Duration::from_secs(5);
 /// Connections a store opens at most, unless told otherwise (`storage.max_connections`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 
+/// The connections each node keeps for heartbeats and lease calls, besides `max_connections`
+/// and the one that listens for notices: the turn's and the keeper's (`crate::cluster`).
+const LEASE_CONNECTIONS: usize = 2;
+
 pub struct PgStore {
     pool: Pool,
-    /// One connection of its own for the cluster's heartbeats and lease renewals, so that they
-    /// never wait behind ingestion for a pooled connection (a slow or saturated database).
+    /// Connections of their own for the cluster's heartbeats and lease calls, so that they
+    /// never wait behind ingestion for a pooled connection (a slow or saturated database):
+    /// [`LEASE_CONNECTIONS`], one for the node's turn and one for its keeper, so that the
+    /// keeper renews the leases even while a turn's lease transaction waits for the lock that
+    /// moves leases (behind ingestion groups that rely on them).
     lease_pool: Pool,
     /// How long each write transaction's commit took, as the SQLite writer records its groups.
     commit_seconds: metrics::Histogram,
@@ -139,7 +146,7 @@ impl PgStore {
             },
         );
         let lease_pool = Pool::builder(lease_manager)
-            .max_size(1)
+            .max_size(LEASE_CONNECTIONS)
             .wait_timeout(Some(cluster::LEASE_CALL_TIMEOUT))
             .create_timeout(Some(cluster::LEASE_CALL_TIMEOUT))
             .runtime(Runtime::Tokio1)

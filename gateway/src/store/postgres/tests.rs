@@ -483,6 +483,52 @@ async fn a_lease_moves_only_between_ingestion_groups() {
     assert!(release.await.unwrap().unwrap().is_empty(), "given back");
 }
 
+/// The keeper renews a node's leases while the node's own turn waits to move a lease (for an
+/// ingestion group relying on the leases to commit): the keeper does not queue behind the turn
+/// for a lease connection. With one lease connection the renewal queued behind the turn: it
+/// got the connection only when the turn's call ran out of time (2 s, the whole lease of the
+/// fault tests), or ran out of time itself.
+#[tokio::test]
+async fn the_keeper_renews_while_the_turn_waits_to_move_a_lease() {
+    let Some(db) = TestDb::create().await else { return };
+    let a = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    let node = NodeInfo {
+        id: "node-a".into(),
+        address: "127.0.0.1:1".into(),
+        started_at: Timestamp::from_millis(0),
+    };
+    let held = vec![Arc::<str>::from("e")];
+    let lease = Duration::from_secs(60);
+    a.heartbeat(&node).await.unwrap();
+    a.hold_endpoints(&held, &[], lease).await.unwrap();
+    let raw = admin_client(&db.url).await;
+    let lease_moves = super::cluster::LEASE_MOVES;
+    raw.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock_shared({lease_moves})"
+    ))
+    .await
+    .unwrap();
+    let turn = tokio::spawn({
+        let a = a.clone();
+        let wanted = vec![Arc::<str>::from("e"), Arc::<str>::from("f")];
+        async move { a.hold_endpoints(&wanted, &[], lease).await }
+    });
+    let turn_waits = lease_moves_waited_for(&raw).await && !turn.is_finished();
+    let renewed = a.renew_leases(&node, &held, lease).await;
+    let turn_still_waits = !turn.is_finished();
+    // Committed before any assertion: a failed test must not leave the schema locked.
+    raw.batch_execute("COMMIT").await.unwrap();
+    assert!(turn_waits, "the turn waits for the group");
+    assert_eq!(renewed.unwrap(), held, "the keeper renewed");
+    assert!(
+        turn_still_waits,
+        "the renewal was answered while the turn still waited"
+    );
+    let mut now_held = turn.await.unwrap().unwrap();
+    now_held.sort();
+    assert_eq!(now_held, vec![Arc::<str>::from("e"), Arc::<str>::from("f")]);
+}
+
 /// Whether a session of this schema waits for the lease-moves lock, within 10 s.
 async fn lease_moves_waited_for(c: &tokio_postgres::Client) -> bool {
     let waiting = format!(
