@@ -463,11 +463,7 @@ async fn a_lease_moves_only_between_ingestion_groups() {
     );
 
     // A group under way: a move (b gives the lease back) waits for it; a renewal does not.
-    raw.batch_execute(&format!(
-        "BEGIN; SELECT pg_advisory_xact_lock_shared({lease_moves})"
-    ))
-    .await
-    .unwrap();
+    hold_lease_moves_shared(&raw).await;
     let renewed = tokio::time::timeout(Duration::from_secs(5), b.hold_endpoints(&e, &[], lease)).await;
     if !matches!(&renewed, Ok(Ok(held)) if *held == e) {
         raw.batch_execute("COMMIT").await.unwrap();
@@ -502,12 +498,7 @@ async fn the_keeper_renews_while_the_turn_waits_to_move_a_lease() {
     a.heartbeat(&node).await.unwrap();
     a.hold_endpoints(&held, &[], lease).await.unwrap();
     let raw = admin_client(&db.url).await;
-    let lease_moves = super::cluster::LEASE_MOVES;
-    raw.batch_execute(&format!(
-        "BEGIN; SELECT pg_advisory_xact_lock_shared({lease_moves})"
-    ))
-    .await
-    .unwrap();
+    hold_lease_moves_shared(&raw).await;
     let turn = tokio::spawn({
         let a = a.clone();
         let wanted = vec![Arc::<str>::from("e"), Arc::<str>::from("f")];
@@ -527,6 +518,17 @@ async fn the_keeper_renews_while_the_turn_waits_to_move_a_lease() {
     let mut now_held = turn.await.unwrap().unwrap();
     now_held.sort();
     assert_eq!(now_held, vec![Arc::<str>::from("e"), Arc::<str>::from("f")]);
+}
+
+/// Begins a transaction on `c` that holds the lease-moves lock shared, as an uncommitted
+/// ingestion group does; the caller commits it.
+async fn hold_lease_moves_shared(c: &tokio_postgres::Client) {
+    let lease_moves = super::cluster::LEASE_MOVES;
+    c.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock_shared({lease_moves})"
+    ))
+    .await
+    .unwrap();
 }
 
 /// Whether a session of this schema waits for the lease-moves lock, within 10 s.

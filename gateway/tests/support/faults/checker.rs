@@ -319,17 +319,22 @@ mod tests {
         assert_eq!(v.problems().len(), 3);
     }
 
+    /// `path` limited to `rate` per second, unordered.
+    fn rate_limited(path: &str, max_in_flight: Option<usize>, rate: u32) -> HashMap<String, Limits> {
+        HashMap::from([(
+            path.to_owned(),
+            Limits {
+                ordered: false,
+                max_in_flight,
+                max_per_second: Some(rate),
+            },
+        )])
+    }
+
     #[test]
     fn the_rate_counts_for_the_whole_cluster_with_a_burst_per_handover() {
         let base = Instant::now();
-        let limits = HashMap::from([(
-            "/r".to_owned(),
-            Limits {
-                ordered: false,
-                max_in_flight: None,
-                max_per_second: Some(2),
-            },
-        )]);
+        let limits = rate_limited("/r", None, 2);
         // 2/s: 12 in 5 s from one node is within a second's burst and the window's 10.
         let ok: Vec<Seen> = (0..12)
             .map(|i| seen("/r", &format!("e{i}"), "n1", None, i, i * 400, base))
@@ -358,14 +363,7 @@ mod tests {
     #[test]
     fn a_thaw_allows_what_the_node_had_started_before_its_freeze() {
         let base = Instant::now();
-        let limits = HashMap::from([(
-            "/r".to_owned(),
-            Limits {
-                ordered: false,
-                max_in_flight: Some(3),
-                max_per_second: Some(2),
-            },
-        )]);
+        let limits = rate_limited("/r", Some(3), 2);
         // 2/s from one node allows 12 in 5 s; 15 arrive, the last 3 right after a thaw: the
         // requests the node had started when it stopped.
         let arrivals = (0..12).map(|i| i * 400).chain([4_500, 4_510, 4_520]);
