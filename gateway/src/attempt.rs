@@ -272,14 +272,15 @@ async fn noted<T>(
 
 /// What the attempt log says about one plugin call: name, version (file hash) and time.
 fn note(plugins: &PluginHost, plugin: &str, took: Duration, failure: Option<&PluginFailure>) -> String {
-    let version = plugins
-        .version_of(plugin)
-        .map(|v| format!("@{v}"))
-        .unwrap_or_default();
+    let version = plugins.version_of(plugin);
+    let (at, version) = match &version {
+        Some(v) => ("@", v.as_str()),
+        None => ("", ""),
+    };
     let ms = took.as_secs_f64() * 1000.0;
     match failure {
-        Some(f) => format!("{plugin}{version}: {} after {ms:.2} ms", f.detail.as_str()),
-        None => format!("{plugin}{version} ({ms:.2} ms)"),
+        Some(f) => format!("{plugin}{at}{version}: {} after {ms:.2} ms", f.detail.as_str()),
+        None => format!("{plugin}{at}{version} ({ms:.2} ms)"),
     }
 }
 
@@ -461,10 +462,17 @@ async fn sign(
     notes: &mut Notes,
 ) -> Result<HeaderMap, AttemptResult> {
     let endpoint = input.endpoint;
-    let mut visible = headers.clone();
-    for (name, _) in &endpoint.headers {
-        visible.remove(name);
-    }
+    // The endpoint's configured headers may carry credentials: the signer never sees them.
+    let visible = match endpoint.headers.is_empty() {
+        true => std::borrow::Cow::Borrowed(headers),
+        false => {
+            let mut visible = headers.clone();
+            for (name, _) in &endpoint.headers {
+                visible.remove(name);
+            }
+            std::borrow::Cow::Owned(visible)
+        }
+    };
     let answer = noted(
         env,
         binding,

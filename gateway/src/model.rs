@@ -484,9 +484,15 @@ pub struct PluginBinding {
 }
 
 impl PluginBinding {
-    /// Plugin names compare with `-` and `_` counting as the same (README "Plugins").
-    pub fn normalize_name(name: &str) -> String {
-        name.trim_end_matches(".wasm").replace('_', "-")
+    /// Plugin names compare with `-` and `_` counting as the same (README "Plugins"). A name
+    /// that is already normal (every binding from the config is) comes back borrowed: calls
+    /// look their plugin up by it.
+    pub fn normalize_name(name: &str) -> std::borrow::Cow<'_, str> {
+        let name = name.trim_end_matches(".wasm");
+        match name.contains('_') {
+            true => std::borrow::Cow::Owned(name.replace('_', "-")),
+            false => std::borrow::Cow::Borrowed(name),
+        }
     }
 }
 

@@ -159,7 +159,7 @@ impl Validator<'_> {
             })
             .collect();
         Some(PluginBinding {
-            plugin: PluginBinding::normalize_name(&raw.plugin),
+            plugin: PluginBinding::normalize_name(&raw.plugin).into_owned(),
             config,
         })
     }

@@ -376,6 +376,8 @@ struct Inner {
     /// Bumped after every rescan that changed the registry or rejected a file.
     changes: tokio::sync::watch::Sender<u64>,
     metrics: Metrics,
+    /// `hookgate_plugin_call_duration_seconds`, registered once.
+    call_duration: metrics::Histogram,
     // Declared last: dropping it stops the ticker after everything compiled for it is gone.
     engine: limits::PluginEngine,
 }
@@ -431,6 +433,7 @@ impl PluginHost {
                 validations,
                 pool,
                 changes: tokio::sync::watch::channel(0).0,
+                call_duration: metrics.plugin_call_duration(),
                 metrics,
                 engine,
             }),
@@ -552,7 +555,7 @@ impl PluginHost {
         let mut keys = Vec::with_capacity(input.secrets.len());
         for secret in &input.secrets {
             keys.push(SigningKey::from_secret(secret).map_err(|e| PluginFailure {
-                plugin: PluginBinding::normalize_name(&binding.plugin),
+                plugin: PluginBinding::normalize_name(&binding.plugin).into_owned(),
                 version: self.version_of(&binding.plugin),
                 detail: FailureDetail::BadSecret,
                 message: e.to_string(),
@@ -634,11 +637,12 @@ impl PluginHost {
     }
 
     fn lookup(&self, name: &str) -> Option<Arc<Loaded>> {
-        self.inner
-            .registry
-            .load()
-            .get(&PluginBinding::normalize_name(name))
-            .cloned()
+        self.lookup_normal(&PluginBinding::normalize_name(name))
+    }
+
+    /// [`Self::lookup`] of a name already normalised.
+    fn lookup_normal(&self, name: &str) -> Option<Arc<Loaded>> {
+        self.inner.registry.load().get(name).cloned()
     }
 
     async fn invoke(
@@ -648,11 +652,11 @@ impl PluginHost {
         input: CallInput,
     ) -> Result<CallOutput, PluginFailure> {
         let name = PluginBinding::normalize_name(&binding.plugin);
-        let Some(loaded) = self.lookup(&name) else {
+        let Some(loaded) = self.lookup_normal(&name) else {
             let outcome = FailureDetail::Missing.as_str();
             self.inner.metrics.plugin_calls(&name, outcome).increment(1);
             return Err(PluginFailure {
-                plugin: name,
+                plugin: name.into_owned(),
                 version: None,
                 detail: FailureDetail::Missing,
                 message: format!(
@@ -664,7 +668,7 @@ impl PluginHost {
         };
         // Its own slot first: a plugin whose calls all run to the limit queues only itself.
         let shutting_down = |_: tokio::sync::AcquireError| PluginFailure {
-            plugin: name.clone(),
+            plugin: name.to_string(),
             version: Some(loaded.version.to_string()),
             detail: FailureDetail::Trap,
             message: "the plugin host is shutting down".to_owned(),
@@ -697,17 +701,16 @@ impl PluginHost {
         )
         .await;
         if let (Some(instance), Some(endpoint)) = (reusable, owned_key) {
-            self.give_back(&name, &loaded, &config, endpoint, instance);
+            self.give_back(&name, &loaded, endpoint, instance);
         }
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(e) => e.failure.detail.as_str(),
-        };
-        self.inner.metrics.plugin_calls(&name, outcome).increment(1);
-        self.inner
-            .metrics
-            .plugin_call_duration()
-            .record(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(_) => loaded.calls_ok.increment(1),
+            Err(e) => {
+                let outcome = e.failure.detail.as_str();
+                self.inner.metrics.plugin_calls(&name, outcome).increment(1);
+            }
+        }
+        self.inner.call_duration.record(started.elapsed().as_secs_f64());
         result.map_err(|CallError { failure, .. }| failure)
     }
 }
@@ -721,23 +724,14 @@ impl PluginHost {
         &self,
         name: &str,
         loaded: &Loaded,
-        config: &BTreeMap<String, String>,
-        (endpoint_name, endpoint_url): (String, String),
+        endpoint: (String, String),
         instance: call::PluginInstance,
     ) {
         if self
-            .lookup(name)
+            .lookup_normal(name)
             .is_some_and(|current| current.load_id == loaded.load_id)
         {
-            self.inner.pool.put(
-                &BindingKey {
-                    load_id: loaded.load_id,
-                    endpoint_name: &endpoint_name,
-                    endpoint_url: &endpoint_url,
-                    config,
-                },
-                instance,
-            );
+            self.inner.pool.put(loaded.load_id, endpoint, instance);
         }
     }
 }

@@ -91,9 +91,15 @@ impl InstancePool {
         self.lock().instantiated += 1;
     }
 
-    /// Keeps `instance` for the next call of `key`'s binding. When the pool is full the least
+    /// Keeps `instance` for the next call of its binding: version `load_id`, the endpoint
+    /// `(name, url)`, and the config the instance holds. When the pool is full the least
     /// recently used instance is dropped; with a capacity of 0 `instance` itself is.
-    pub(crate) fn put(&self, key: &BindingKey<'_>, instance: PluginInstance) {
+    pub(crate) fn put(
+        &self,
+        load_id: u64,
+        (endpoint_name, endpoint_url): (String, String),
+        instance: PluginInstance,
+    ) {
         if self.capacity == 0 {
             return;
         }
@@ -105,9 +111,9 @@ impl InstancePool {
                 None
             };
             state.idle.push(Idle {
-                load_id: key.load_id,
-                endpoint_name: key.endpoint_name.to_owned(),
-                endpoint_url: key.endpoint_url.to_owned(),
+                load_id,
+                endpoint_name,
+                endpoint_url,
                 instance,
             });
             evicted
