@@ -384,3 +384,61 @@ async fn a_reused_signer_signs_each_call_with_that_calls_keys_only() {
     assert_eq!(stats.instantiated, 2, "{stats:?}");
     assert_eq!(stats.reused, 5, "{stats:?}");
 }
+
+/// The value of one series in the metrics' text, or 0 when it is not there.
+fn series(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_is_counted_under_its_plugin_and_outcome_however_the_binding_spells_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::copy(built_plugin("stateful"), dir.path().join("state_ful.wasm")).unwrap();
+    let metrics = Metrics::new();
+    let host = PluginHost::new(
+        dir.path().to_owned(),
+        cache.path().to_owned(),
+        PluginLimits::default(),
+        metrics.clone(),
+    )
+    .unwrap();
+    // The file's `_` is a `-` in the plugin's name; a binding may write either.
+    for spelled in ["state-ful", "state_ful", "state-ful.wasm"] {
+        call_stateful(&host, spelled, BILLING, "", b"{}").await.unwrap();
+    }
+    let trapped = call_stateful(&host, "state_ful", BILLING, "", b"trap")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (trapped.plugin.as_str(), trapped.detail),
+        ("state-ful", FailureDetail::Trap)
+    );
+    let missing = host
+        .transform(&binding("absent_one", &[]), transform_input(b"{}"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (missing.plugin.as_str(), missing.detail),
+        ("absent-one", FailureDetail::Missing)
+    );
+
+    let text = metrics.render();
+    let calls = |plugin: &str, outcome: &str| {
+        series(
+            &text,
+            &format!("hookgate_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert_eq!(calls("state-ful", "ok"), 3.0, "{text}");
+    assert_eq!(calls("state-ful", "trap"), 1.0, "{text}");
+    assert_eq!(calls("absent-one", "missing"), 1.0, "{text}");
+    // Every call that ran is timed; one that found no plugin did not run.
+    assert_eq!(
+        series(&text, "hookgate_plugin_call_duration_seconds_count"),
+        4.0,
+        "{text}"
+    );
+}
