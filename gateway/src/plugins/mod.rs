@@ -704,7 +704,10 @@ impl PluginHost {
             self.give_back(&name, &loaded, endpoint, instance);
         }
         match &result {
-            Ok(_) => loaded.calls_ok.increment(1),
+            Ok(_) => loaded
+                .calls_ok
+                .get_or_init(|| self.inner.metrics.plugin_calls(&name, "ok"))
+                .increment(1),
             Err(e) => {
                 let outcome = e.failure.detail.as_str();
                 self.inner.metrics.plugin_calls(&name, outcome).increment(1);

@@ -44,9 +44,10 @@ pub(crate) struct Loaded {
     /// For a plugin made from a `.js` file: its JavaScript, which every call of the `js`
     /// component it runs on gets as config key `code` (over any `code` the binding sets).
     pub(crate) code: Option<Arc<str>>,
-    /// `hookgate_plugin_calls_total{plugin, outcome="ok"}`, registered once per load: the
-    /// label lookup would otherwise be paid on every call.
-    pub(crate) calls_ok: metrics::Counter,
+    /// `hookgate_plugin_calls_total{plugin, outcome="ok"}`, registered at the first call that
+    /// succeeds (so a plugin never called has no series) and kept: the label lookup would
+    /// otherwise be paid on every call.
+    pub(crate) calls_ok: std::sync::OnceLock<metrics::Counter>,
 }
 
 /// The plugin whose component runs the `.js` files of the plugin folder.
@@ -92,7 +93,6 @@ pub(crate) struct Compiler {
     next_load_id: AtomicU64,
     cache_hit_counter: metrics::Counter,
     cache_miss_counter: metrics::Counter,
-    metrics: Metrics,
     max_compile_time: Duration,
     max_compiled_bytes: usize,
 }
@@ -127,7 +127,6 @@ impl Compiler {
             next_load_id: AtomicU64::new(1),
             cache_hit_counter: metrics.plugin_cache(true),
             cache_miss_counter: metrics.plugin_cache(false),
-            metrics: metrics.clone(),
             max_compile_time: Duration::MAX,
             max_compiled_bytes: usize::MAX,
         })
@@ -216,11 +215,9 @@ impl Compiler {
             anyhow::anyhow!("cannot be linked (it imports something the gateway does not provide): {e:#}")
         })?;
         let hex = hex::encode(sha256);
-        let name = PluginBinding::normalize_name(name).into_owned();
         Ok(Loaded {
             load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
-            calls_ok: self.metrics.plugin_calls(&name, "ok"),
-            name,
+            name: PluginBinding::normalize_name(name).into_owned(),
             world,
             sha256,
             version: Arc::from(&hex[..12]),
@@ -232,6 +229,7 @@ impl Compiler {
             pre,
             export,
             code: None,
+            calls_ok: std::sync::OnceLock::new(),
         })
     }
 
@@ -252,7 +250,6 @@ impl Compiler {
         let code = String::from_utf8(code).map_err(|_| anyhow::anyhow!("the JavaScript is not UTF-8"))?;
         Ok(Loaded {
             load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
-            calls_ok: self.metrics.plugin_calls(name, "ok"),
             name: name.to_owned(),
             world: engine.world,
             sha256,
@@ -265,6 +262,7 @@ impl Compiler {
             pre: engine.pre.clone(),
             export: engine.export,
             code: Some(Arc::from(code)),
+            calls_ok: std::sync::OnceLock::new(),
         })
     }
 

@@ -1,4 +1,4 @@
-//! Instance reuse: an idle instance serves only later calls of its own binding, and is dropped when it misbehaved or grew.
+//! Instance reuse: an idle instance serves only later calls of its own binding, and is dropped when it misbehaved or grew. And what every call counts in the metrics.
 
 use super::*;
 
@@ -405,6 +405,12 @@ async fn every_call_is_counted_under_its_plugin_and_outcome_however_the_binding_
         metrics.clone(),
     )
     .unwrap();
+    // A plugin that was never called has no series yet.
+    assert!(
+        !metrics.render().contains("hookgate_plugin_calls_total"),
+        "{}",
+        metrics.render()
+    );
     // The file's `_` is a `-` in the plugin's name; a binding may write either.
     for spelled in ["state-ful", "state_ful", "state-ful.wasm"] {
         call_stateful(&host, spelled, BILLING, "", b"{}").await.unwrap();
