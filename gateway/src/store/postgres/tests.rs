@@ -91,6 +91,15 @@ fn event(id: &str) -> Arc<Event> {
     })
 }
 
+/// Node `id` as its heartbeat describes it, started at 1 ms.
+fn info(id: &str) -> NodeInfo {
+    NodeInfo {
+        id: id.into(),
+        address: "127.0.0.1:1".into(),
+        started_at: Timestamp::from_millis(1),
+    }
+}
+
 fn batch(id: &str) -> IngestBatch {
     batch_to(id, &[Target::untenanted("e")])
 }
@@ -296,11 +305,6 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
         "b's lease lapsed"
     );
 
-    let info = |id: &str| NodeInfo {
-        id: id.into(),
-        address: "127.0.0.1:1".into(),
-        started_at: Timestamp::from_millis(1),
-    };
     a.heartbeat(&info("node-a")).await.unwrap();
     let (_, nodes) = b.heartbeat(&info("node-b")).await.unwrap();
     let listed: Vec<(&str, u32)> = nodes.iter().map(|n| (n.id.as_str(), n.leases)).collect();
@@ -488,11 +492,7 @@ async fn a_lease_moves_only_between_ingestion_groups() {
 async fn the_keeper_renews_while_the_turn_waits_to_move_a_lease() {
     let Some(db) = TestDb::create().await else { return };
     let a = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
-    let node = NodeInfo {
-        id: "node-a".into(),
-        address: "127.0.0.1:1".into(),
-        started_at: Timestamp::from_millis(0),
-    };
+    let node = info("node-a");
     let held = vec![Arc::<str>::from("e")];
     let lease = Duration::from_secs(60);
     a.heartbeat(&node).await.unwrap();
@@ -554,11 +554,6 @@ async fn a_renewal_extends_only_leases_still_held() {
     let Some(db) = TestDb::create().await else { return };
     let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
     let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
-    let info = |id: &str| NodeInfo {
-        id: id.into(),
-        address: "127.0.0.1:1".into(),
-        started_at: Timestamp::from_millis(1),
-    };
     let (e, f): (Arc<str>, Arc<str>) = (Arc::from("e"), Arc::from("f"));
     let both = vec![e.clone(), f.clone()];
     let lease = Duration::from_secs(10);
