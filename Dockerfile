@@ -9,7 +9,8 @@
 # key and, for a cluster, the database URL from the environment); mount your own over it.
 
 FROM rust:1.95-bookworm AS build
-RUN rustup target add x86_64-unknown-linux-musl \
+# wasm32-wasip2: the build compiles the bundled plugins (plugins/) into the binary.
+RUN rustup target add x86_64-unknown-linux-musl wasm32-wasip2 \
  && apt-get update \
  && apt-get install -y --no-install-recommends musl-tools \
  && rm -rf /var/lib/apt/lists/*
@@ -36,6 +37,8 @@ WORKDIR /data
 VOLUME /data
 EXPOSE 8080
 ENV HOOKGATE_LOG_FORMAT=json
-HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["/hookgate", "healthcheck"]
+# Healthy = ready to take events (`GET /readyz`: the store takes writes); a container that is
+# not stays running and becomes healthy again once the disk or the database is back.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 CMD ["/hookgate", "healthcheck", "--ready"]
 ENTRYPOINT ["/hookgate"]
 CMD ["serve", "--config", "/etc/hookgate/hookgate.yaml"]

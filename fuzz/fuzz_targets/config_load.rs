@@ -10,7 +10,7 @@ fuzz_target!(|text: &str| {
     // No environment: every `${NAME}` is unset (or takes its `:-fallback`).
     match hookgate::config::load_str(text, "fuzz.yaml", None, |_| None) {
         Ok(config) => {
-            for endpoint in config.endpoints.values() {
+            for endpoint in config.file_endpoints.values() {
                 for topic in &endpoint.topics {
                     let _ = config.policy_for(endpoint, topic);
                 }

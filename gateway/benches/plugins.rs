@@ -79,7 +79,14 @@ fn host_with(dir: &Path, cache: &Path, plugins: &[&str]) -> PluginHost {
 
 fn host_with_limits(dir: &Path, cache: &Path, plugins: &[&str], limits: PluginLimits) -> PluginHost {
     plugin_build::install_plugins(dir, plugins);
-    PluginHost::new(dir.to_owned(), cache.to_owned(), limits, Metrics::new()).unwrap()
+    PluginHost::with_bundled(
+        dir.to_owned(),
+        cache.to_owned(),
+        limits,
+        Metrics::new(),
+        Vec::new(),
+    )
+    .unwrap()
 }
 
 fn per_call_reused(c: &mut Criterion) {

@@ -318,6 +318,15 @@ async fn prepare(
     let endpoint = input.endpoint;
     let event = input.event;
     let now = env.clock.now();
+    // An expunged payload is never sent, not even as the empty body it has become.
+    if event.labels.expunged {
+        return Err(AttemptResult::Sent(Outcome::Failed {
+            kind: ErrorKind::PayloadExpunged,
+            status: None,
+            retry_after: None,
+            detail: format!("the payload of event `{}` was expunged", event.id),
+        }));
+    }
 
     let content_type = input.policy.content_type().unwrap_or(&event.content_type);
     let mut headers = HeaderMap::with_capacity(endpoint.headers.len() + 6);
@@ -375,15 +384,12 @@ async fn prepare(
         }
     }
     Ok(OutgoingMessage {
-        destination: endpoint.destination.clone(),
-        method,
+        destination: endpoint.destination.with_method(method),
         message_id: event.id.clone(),
         headers,
         body,
         timeout: input.timeout,
         masked,
-        auth: endpoint.auth.clone(),
-        route: endpoint.route.clone(),
     })
 }
 
@@ -431,7 +437,7 @@ async fn transform(
                 delivery_id: input.delivery_id.clone(),
                 attempt: input.attempt,
                 now_ms: now.as_millis().max(0) as u64,
-                headers: header_list(headers),
+                headers: plugin_headers::to_plugin(headers),
                 body: body.clone(),
             },
         ),
@@ -442,7 +448,8 @@ async fn transform(
             headers: new_headers,
             body: new_body,
         }) => {
-            let map = header_map(&new_headers).map_err(|detail| invalid_output(binding, detail))?;
+            let map = plugin_headers::from_plugin(&new_headers)
+                .map_err(|detail| invalid_output(binding, detail))?;
             let method =
                 plugin_headers::transform_method(&map).map_err(|detail| invalid_output(binding, detail))?;
             Ok(Some((method, plugin_headers::transform_answer(map), new_body)))
@@ -485,7 +492,7 @@ async fn sign(
                 delivery_id: input.delivery_id.clone(),
                 attempt: input.attempt,
                 now_ms: SystemClock.now().as_millis().max(0) as u64,
-                headers: header_list(&visible),
+                headers: plugin_headers::to_plugin(&visible),
                 body: body.clone(),
                 secrets: endpoint.signing_secrets(env.clock.now()).into_owned(),
             },
@@ -493,13 +500,12 @@ async fn sign(
     )
     .await;
     let signed = answer.map_err(plugin_failed)?;
-    let signed = header_map(&signed).map_err(|detail| invalid_output(binding, detail))?;
-    plugin_headers::signer_answer(headers, signed)
-        .map_err(|forged| invalid_output(binding, forged.to_string()))
+    let signed = plugin_headers::from_plugin(&signed).map_err(|detail| invalid_output(binding, detail))?;
+    plugin_headers::signer_answer(headers, signed).map_err(|forged| invalid_output(binding, forged))
 }
 
 /// The attempt's end when a plugin answered headers the gateway refuses.
-fn invalid_output(binding: &PluginBinding, detail: String) -> AttemptResult {
+fn invalid_output(binding: &PluginBinding, detail: impl std::fmt::Display) -> AttemptResult {
     AttemptResult::Sent(Outcome::Failed {
         kind: ErrorKind::PluginError,
         status: None,
@@ -519,23 +525,4 @@ fn event_info(event: &Event) -> EventInfo {
         event_type: event.event_type.clone(),
         received_at_ms: event.received_at.as_millis().max(0) as u64,
     }
-}
-
-fn header_list(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
-    headers
-        .iter()
-        .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
-        .collect()
-}
-
-fn header_map(list: &[(String, Vec<u8>)]) -> Result<HeaderMap, String> {
-    let mut map = HeaderMap::with_capacity(list.len());
-    for (name, value) in list {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("an invalid header name `{name}`"))?;
-        let value =
-            HeaderValue::from_bytes(value).map_err(|_| format!("an invalid value for header `{name}`"))?;
-        map.append(name, value);
-    }
-    Ok(map)
 }

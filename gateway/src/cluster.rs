@@ -35,7 +35,7 @@ use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::endpoint_admin::EndpointAdmin;
+use crate::endpoints::{Endpoints, Synced};
 use crate::fence::Fence;
 use crate::model::{DeliveryId, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
@@ -203,8 +203,8 @@ pub struct ClusterTask {
     lapses: metrics::Counter,
     /// Deliveries read in full lately, with when.
     recent: Vec<(Instant, HashSet<(DeliveryId, u32)>)>,
-    /// Refreshes the endpoints created through the API when another node changed them.
-    endpoints: EndpointAdmin,
+    /// The running endpoints, which another node's change of one reaches by notice.
+    endpoints: Endpoints,
 }
 
 impl ClusterTask {
@@ -219,7 +219,7 @@ impl ClusterTask {
         scheduler: SchedulerHandle,
         config: Arc<ArcSwap<Config>>,
         view: Arc<ArcSwap<NodeList>>,
-        endpoints: EndpointAdmin,
+        endpoints: Endpoints,
         fence: Arc<Fence>,
         metrics: &crate::telemetry::Metrics,
     ) -> ClusterTask {
@@ -278,8 +278,10 @@ impl ClusterTask {
                     }
                     self.renew().await;
                 }
-                // Endpoints added by a reload are claimed at once, not a turn later.
+                // Endpoints added by a reload are claimed at once, not a turn later; and an
+                // endpoint created through the API (here, or by notice) alone.
                 _ = scheduler.config_changed() => self.renew().await,
+                changed = scheduler.changed_endpoints() => self.claim(changed).await,
                 notice = next_notice(&mut notices) => match notice {
                     Some(first) => self.take_notices(first, notices.as_mut()).await,
                     None => {
@@ -304,12 +306,14 @@ impl ClusterTask {
         for endpoint in std::mem::take(&mut self.owned) {
             self.let_go(endpoint);
         }
-        self.refresh_endpoints().await;
-        let endpoints: Vec<Arc<str>> = self.config.load().endpoints.keys().cloned().collect();
-        for endpoint in endpoints {
-            if let Ok(Some(health)) = self.store.health_of(&endpoint).await {
-                self.scheduler.health_changed(endpoint, health);
+        self.sync_all_endpoints().await;
+        match self.store.every_health().await {
+            Ok(all) => {
+                for (endpoint, health) in all {
+                    self.scheduler.health_changed(Arc::from(endpoint), health);
+                }
             }
+            Err(e) => tracing::warn!(error = %e, "cannot read the endpoints' health after listening again"),
         }
         Some(notices)
     }
@@ -391,6 +395,41 @@ impl ClusterTask {
         self.gain(gained).await;
     }
 
+    /// Takes the leases of endpoints just created (here or on another node) that this node
+    /// should deliver, by the node list of the last turn: one statement for those endpoints,
+    /// not a turn over every endpoint. A changed or deleted endpoint needs nothing here (its
+    /// lease stays with its node, and a deleted one's goes at the next turn).
+    async fn claim(&mut self, changed: Vec<Arc<str>>) {
+        let list = self.view.load_full();
+        let live = live_nodes(&list.nodes, list.database_now(), self.lease, &self.node.id);
+        let mine: Vec<Arc<str>> = changed
+            .into_iter()
+            .filter(|e| !self.owned.contains(e) && self.endpoints.contains(e))
+            .filter(|e| owner_of(&live, e) == Some(self.node.id.as_str()))
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        let asked = self.fence.now();
+        let held = match self.store.hold_endpoints(&mine, &[], self.lease).await {
+            Ok(held) => held.into_iter().collect::<HashSet<_>>(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take the leases of new endpoints; the next turn tries again");
+                return;
+            }
+        };
+        let gained: Vec<Arc<str>> = mine.into_iter().filter(|e| held.contains(e)).collect();
+        for endpoint in &gained {
+            self.fence.grant(endpoint.clone(), asked);
+        }
+        self.renewal
+            .lock()
+            .expect("renewal lock")
+            .endpoints
+            .extend(gained.iter().cloned());
+        self.gain(gained).await;
+    }
+
     /// This node no longer sends the endpoint's attempts: the scheduler drops what waits for
     /// it, and the fence stops any attempt of it that has not been sent yet. Counted as a lapse
     /// when its lease had lapsed here already (whatever the reason it is let go now).
@@ -448,20 +487,11 @@ impl ClusterTask {
     /// The endpoints this node should deliver, given the nodes alive (seen within a lease and
     /// not left).
     fn desired(&self, now: Timestamp, nodes: &[NodeRow]) -> HashSet<Arc<str>> {
-        let mut live: Vec<&str> = nodes
-            .iter()
-            .filter(|n| NodeState::of(n, now, self.lease) == NodeState::Alive)
-            .map(|n| n.id.as_str())
-            .collect();
-        if !live.contains(&self.node.id.as_str()) {
-            live.push(&self.node.id);
-        }
-        let config = self.config.load();
-        config
-            .endpoints
-            .keys()
+        let live = live_nodes(nodes, now, self.lease, &self.node.id);
+        self.endpoints
+            .names()
+            .into_iter()
             .filter(|e| owner_of(&live, e) == Some(self.node.id.as_str()))
-            .cloned()
             .collect()
     }
 
@@ -541,13 +571,13 @@ impl ClusterTask {
     async fn take_notices(&mut self, first: ClusterNotice, notices: Option<&mut Notices>) {
         let (mut others, mut own) = (Vec::new(), Vec::new());
         let mut health = Vec::new();
-        let mut endpoints_changed = false;
+        let mut endpoints_changed = Vec::new();
         let mut key_actions = Vec::new();
         let mut sort = |notice| match notice {
             ClusterNotice::Deliveries { ids, own: false } => others.extend(ids),
             ClusterNotice::Deliveries { ids, own: true } => own.extend(ids),
             ClusterNotice::Health(endpoint) => health.push(endpoint),
-            ClusterNotice::Endpoints => endpoints_changed = true,
+            ClusterNotice::Endpoint(name) => endpoints_changed.push(name),
             ClusterNotice::KeyAction(id) => key_actions.push(id),
         };
         sort(first);
@@ -556,8 +586,8 @@ impl ClusterTask {
                 sort(more);
             }
         }
-        if endpoints_changed {
-            self.refresh_endpoints().await;
+        for name in endpoints_changed {
+            self.sync_endpoint(name).await;
         }
         self.load_deliveries(others, own).await;
         if !key_actions.is_empty() {
@@ -573,11 +603,30 @@ impl ClusterTask {
         }
     }
 
-    /// Runs the endpoints created through the API as the store now holds them. Their
-    /// deliveries wait in the store meanwhile: only endpoints this node knows are claimed.
-    async fn refresh_endpoints(&self) {
-        if let Err(e) = self.endpoints.refresh().await {
-            tracing::warn!(error = %e, "cannot read the endpoints created through the API; keeping those running");
+    /// Runs an endpoint another node created, changed or deleted as the store now holds it.
+    /// Its deliveries wait in the store meanwhile: only endpoints this node knows are claimed.
+    async fn sync_endpoint(&self, name: Arc<str>) {
+        match self.endpoints.sync(&name).await {
+            Ok(Synced::Unchanged) => {}
+            Ok(_) => self.scheduler.endpoint_changed(name),
+            Err(e) => {
+                tracing::warn!(endpoint = %name, error = %e, "cannot read an endpoint another node changed; keeping the version running");
+            }
+        }
+    }
+
+    /// Runs every endpoint as the store holds it: after the notice stream broke, when notices
+    /// of changes may have been missed.
+    async fn sync_all_endpoints(&self) {
+        match self.endpoints.sync_all().await {
+            Ok(changed) => {
+                for name in changed {
+                    self.scheduler.endpoint_changed(name);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the endpoints created through the API; keeping those running");
+            }
         }
     }
 
@@ -591,8 +640,7 @@ impl ClusterTask {
         others: Vec<(Arc<str>, DeliveryId)>,
         own: Vec<(Arc<str>, DeliveryId)>,
     ) {
-        let config = self.config.load_full();
-        let ordered = |e: &str| config.endpoints.get(e).is_some_and(|ep| ep.ordered);
+        let ordered = |e: &str| self.endpoints.routing(e).is_some_and(|ep| ep.ordered);
         let noticed: Vec<DeliveryId> = own
             .iter()
             .filter(|(e, _)| self.owned.contains(e) && ordered(e))
@@ -675,35 +723,63 @@ struct Keeper {
 impl Keeper {
     async fn run(self, shutdown: CancellationToken) {
         let turn = self.lease / 3;
-        let mut ticker = tokio::time::interval(turn / 2);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The turn renews every third of a lease; the keeper steps in once it is half a turn
+        // late. It sleeps until that very moment (read again on waking, since a turn may have
+        // renewed meanwhile) rather than looking on a fixed tick: a tick would spend part of the
+        // little time left before the leases lapse here (a fifth of a lease) on waiting for it.
+        let late_after = turn + turn / 2;
         loop {
+            let last = self.renewal.lock().expect("renewal lock").at;
+            let now = self.fence.now();
+            let wait = match last {
+                Some(at) if now < at + late_after => at + late_after - now,
+                // Lapsed here already: renewing cannot extend them; the turn takes them anew.
+                Some(at) if now >= at + self.lease => turn / 2,
+                Some(_) => Duration::ZERO,
+                None => turn / 2,
+            };
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => continue,
+                }
+            }
+            self.renew_late().await;
+            // A renewal that failed is tried again soon, not a whole turn later.
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
-            let (last, endpoints) = {
-                let r = self.renewal.lock().expect("renewal lock");
-                (r.at, r.endpoints.clone())
-            };
-            // The turn renews every third of a lease; step in once it is half a turn late.
-            let late =
-                last.is_some_and(|at| self.fence.now().saturating_duration_since(at) >= turn + turn / 2);
-            if !late {
-                continue;
-            }
-            let asked = self.fence.now();
-            match self.store.renew_leases(&self.node, &endpoints, self.lease).await {
-                Ok(renewed) => {
-                    for endpoint in &renewed {
-                        self.fence.renew(endpoint, asked);
-                    }
-                    self.renewal.lock().expect("renewal lock").renewed(asked, renewed);
-                }
-                Err(e) => tracing::debug!(error = %e, "the keeper could not renew this node's leases"),
+                _ = tokio::time::sleep(turn / 8) => {}
             }
         }
     }
+
+    /// Renews what the last turn held, the turn being late.
+    async fn renew_late(&self) {
+        let endpoints = self.renewal.lock().expect("renewal lock").endpoints.clone();
+        let asked = self.fence.now();
+        match self.store.renew_leases(&self.node, &endpoints, self.lease).await {
+            Ok(renewed) => {
+                for endpoint in &renewed {
+                    self.fence.renew(endpoint, asked);
+                }
+                self.renewal.lock().expect("renewal lock").renewed(asked, renewed);
+            }
+            Err(e) => tracing::debug!(error = %e, "the keeper could not renew this node's leases"),
+        }
+    }
+}
+
+/// The nodes alive at `now` (seen within a lease and not left), this one always among them.
+fn live_nodes<'a>(nodes: &'a [NodeRow], now: Timestamp, lease: Duration, own: &'a str) -> Vec<&'a str> {
+    let mut live: Vec<&str> = nodes
+        .iter()
+        .filter(|n| NodeState::of(n, now, lease) == NodeState::Alive)
+        .map(|n| n.id.as_str())
+        .collect();
+    if !live.contains(&own) {
+        live.push(own);
+    }
+    live
 }
 
 async fn next_notice(notices: &mut Option<Notices>) -> Option<ClusterNotice> {

@@ -1,25 +1,33 @@
 //! Endpoints created, changed and deleted through the API (`source: api`), kept in the store.
 //!
-//! Every change is validated like the config file's endpoints, written to the store, and then
-//! the running config takes the store's endpoints again ([`EndpointAdmin::refresh`]), so that
-//! what runs is always what the store holds — on this node, and on the others of a cluster,
-//! which refresh when the store tells them. The handlers in `api/endpoints.rs` are thin.
+//! Every change is validated like the config file's endpoints, written to the store as one
+//! row, and then run: the running endpoints (`crate::endpoints`) take that one endpoint, and
+//! the scheduler that one lane. Nothing else is read or rebuilt, so a change costs the same
+//! with ten endpoints or a million. Changes of one endpoint run one after another, changes of
+//! different endpoints at once; the other nodes of a cluster read the changed row from the
+//! store's notice. The handlers in `api/endpoints.rs` are thin.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use base64::Engine;
 use serde_json::{Map, Value};
 
 use crate::clock::Clock;
-use crate::config::{self, Config, ConfigError, EndpointConfig, EndpointSource, Problem};
+use crate::config::{self, Config, EndpointConfig, EndpointSource, Problem};
 use crate::delivery::signing;
-use crate::model::Timestamp;
-use crate::reload::Reloader;
+use crate::endpoints::Endpoints;
+use crate::model::{Secret, Timestamp};
+use crate::reload::{Announce, BindingReview};
+use crate::scheduler::SchedulerHandle;
 use crate::store::{ApiEndpointRow, Store, StoreError};
 
 /// How long a rotated-out secret keeps signing when the request does not say.
 pub const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 3600);
+
+/// Secrets rotated out that still sign at once, at most (Svix keeps five old keys).
+pub const MAX_RETIRING: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -33,8 +41,9 @@ pub enum AdminError {
     DeclaredInConfig(String),
     #[error("no endpoint `{0}`")]
     NotFound(String),
-    #[error("an endpoint named `{0}` exists")]
-    NameTaken(String),
+    /// Its name, or its uid within its tenant, is another endpoint's.
+    #[error("{0}")]
+    Taken(String),
     /// Changed or deleted by someone else (another node) since it was read.
     #[error("{0}")]
     Changed(String),
@@ -51,20 +60,27 @@ pub struct Saved {
     pub secret: Option<String>,
 }
 
+/// What an endpoint change reaches: the store's row, the running endpoints, the scheduler's
+/// lane and the review of plugin bindings. The config is read for the rules an endpoint is
+/// validated by.
 #[derive(Clone)]
 pub struct EndpointAdmin {
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) reloader: Reloader,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) endpoints: Endpoints,
+    pub(crate) scheduler: SchedulerHandle,
+    pub(crate) bindings: BindingReview,
 }
 
 impl EndpointAdmin {
     fn config(&self) -> Arc<Config> {
-        self.reloader.config.load_full()
+        self.config.load_full()
     }
 
     /// Creates an endpoint from the file's endpoint keys plus `name`, for `tenant` when the
     /// caller is a tenant's. A missing name becomes `ep_<ulid>`, a missing secret a new one.
+    /// It answers exactly when the endpoint exists, stored and running.
     pub async fn create(
         &self,
         mut body: Map<String, Value>,
@@ -95,32 +111,36 @@ impl EndpointAdmin {
             }
             Some(_) => None,
         };
-        let config = self.config();
-        if config.endpoints.contains_key(name.as_str()) {
-            return Err(AdminError::NameTaken(name));
+        let _change = self.endpoints.change(&name).await;
+        if self.endpoints.contains(&name) {
+            return Err(AdminError::Taken(format!("an endpoint named `{name}` exists")));
         }
         let now = self.clock.now();
         let row = ApiEndpointRow {
             tenant: tenant_of(&body),
+            uid: uid_of(&body),
             name,
             spec: Value::Object(body).to_string(),
             retiring: None,
+            version: 1,
             created_at: now,
             updated_at: now,
         };
-        self.check(&row, &config)?;
-        let name = row.name.clone();
+        if let Some(uid) = &row.uid
+            && self.endpoints.by_uid(row.tenant.as_deref(), uid).is_some()
+        {
+            return Err(AdminError::Taken(format!("an endpoint with uid `{uid}` exists")));
+        }
+        let endpoint = Arc::new(self.check(&row, &self.config())?);
         self.store
             .save_api_endpoint(row, None)
             .await
             .map_err(|e| match e {
-                StoreError::Conflict(_) => AdminError::NameTaken(name.clone()),
+                StoreError::Conflict(message) => AdminError::Taken(message),
                 other => other.into(),
             })?;
-        Ok(Saved {
-            endpoint: self.refreshed(&name).await?,
-            secret,
-        })
+        self.run(endpoint.clone());
+        Ok(Saved { endpoint, secret })
     }
 
     /// Applies a JSON merge patch (RFC 7396) to an endpoint's keys; `filter` is replaced
@@ -134,10 +154,11 @@ impl EndpointAdmin {
         let Value::Object(patch) = patch else {
             return Err(invalid("", "a merge patch is a JSON object"));
         };
-        let mut row = self.row(name, caller_tenant)?;
         if patch.get("name").is_some_and(|n| n.as_str() != Some(name)) {
             return Err(invalid("name", "an endpoint's name cannot change"));
         }
+        let _change = self.endpoints.change(name).await;
+        let mut row = self.row(name, caller_tenant).await?;
         let mut spec = Value::Object(spec_of(&row)?);
         let tenant_before = row.tenant.clone();
         // A content filter is one document: a new one replaces the old whole, since merging
@@ -161,6 +182,7 @@ impl EndpointAdmin {
             ));
         }
         admin_only_keys(&body, caller_tenant)?;
+        row.uid = uid_of(&body);
         row.spec = Value::Object(body).to_string();
         self.replace(row, self.clock.now(), None).await
     }
@@ -168,12 +190,14 @@ impl EndpointAdmin {
     /// Deletes an endpoint: its waiting deliveries end `failed` with `endpoint_removed`, its
     /// deliveries and history stay readable until retention removes them.
     pub async fn delete(&self, name: &str, caller_tenant: Option<&str>) -> Result<(), AdminError> {
-        self.row(name, caller_tenant)?;
+        let _change = self.endpoints.change(name).await;
+        self.row(name, caller_tenant).await?;
         self.store
             .delete_api_endpoint(name)
             .await
             .map_err(|e| replace_failed(e, name))?;
-        self.refresh().await?;
+        self.endpoints.forget(name);
+        self.changed(Arc::from(name));
         Ok(())
     }
 
@@ -186,7 +210,8 @@ impl EndpointAdmin {
         overlap: Duration,
         caller_tenant: Option<&str>,
     ) -> Result<Saved, AdminError> {
-        let mut row = self.row(name, caller_tenant)?;
+        let _change = self.endpoints.change(name).await;
+        let mut row = self.row(name, caller_tenant).await?;
         let mut spec = spec_of(&row)?;
         let new = match secret {
             Some(s) => s,
@@ -198,102 +223,85 @@ impl EndpointAdmin {
             _ => None,
         };
         let now = self.clock.now();
-        row.retiring = old
-            .filter(|_| !overlap.is_zero())
-            .map(|old| (old, now.plus(overlap)));
+        // Every secret rotated out keeps its own overlap, as Svix keeps its old keys: the
+        // newest first, those whose overlap has ended dropped, at most MAX_RETIRING.
+        let mut retiring = config::retiring_secrets(row.retiring.as_ref());
+        retiring.retain(|(_, until)| now < *until);
+        if let Some(old) = old.filter(|_| !overlap.is_zero()) {
+            retiring.insert(0, (Secret::new(old), now.plus(overlap)));
+        }
+        retiring.truncate(MAX_RETIRING);
+        row.retiring = config::stored_retiring(&retiring);
         row.spec = Value::Object(spec).to_string();
         self.replace(row, now, Some(new)).await
     }
 
-    /// Writes a changed row over the version it was read at (`row.updated_at`), then runs it.
+    /// Writes a changed row over the version it was read at, then runs it. Called under the
+    /// endpoint's change.
     async fn replace(
         &self,
         mut row: ApiEndpointRow,
         now: Timestamp,
         secret: Option<String>,
     ) -> Result<Saved, AdminError> {
-        let previous = std::mem::replace(&mut row.updated_at, now);
-        self.check(&row, &self.config())?;
+        let previous = row.version;
+        row.version += 1;
+        row.updated_at = now;
+        let endpoint = Arc::new(self.check(&row, &self.config())?);
         let name = row.name.clone();
         self.store
             .save_api_endpoint(row, Some(previous))
             .await
             .map_err(|e| replace_failed(e, &name))?;
-        Ok(Saved {
-            endpoint: self.refreshed(&name).await?,
-            secret,
-        })
+        self.run(endpoint.clone());
+        Ok(Saved { endpoint, secret })
     }
 
-    /// Makes the running config take the store's endpoints: after a change here, when another
-    /// node announces one, and at start.
-    pub async fn refresh(&self) -> Result<(), AdminError> {
-        let rows = self.store.api_endpoints().await?;
-        self.reloader.apply_api_endpoints(rows).map_err(|e: ConfigError| {
-            AdminError::Store(StoreError::Internal(format!(
-                "the stored endpoints do not fit the running config: {e}"
-            )))
-        })
+    /// Runs an endpoint just stored: in the running set, then in the scheduler.
+    fn run(&self, endpoint: Arc<EndpointConfig>) {
+        let name = endpoint.name.clone();
+        self.endpoints.put(endpoint);
+        self.changed(name);
     }
 
-    async fn refreshed(&self, name: &str) -> Result<Arc<EndpointConfig>, AdminError> {
-        self.refresh().await?;
-        self.config()
-            .endpoints
-            .get(name)
-            .cloned()
-            .ok_or_else(|| AdminError::NotFound(name.to_owned()))
+    fn changed(&self, name: Arc<str>) {
+        self.scheduler.endpoint_changed(name);
+        self.bindings.review(Announce::Changes);
     }
 
     /// The stored row of an `api` endpoint the caller may change.
-    fn row(&self, name: &str, caller_tenant: Option<&str>) -> Result<ApiEndpointRow, AdminError> {
-        let config = self.config();
-        let visible = config
+    async fn row(&self, name: &str, caller_tenant: Option<&str>) -> Result<ApiEndpointRow, AdminError> {
+        let visible = self
             .endpoints
-            .get(name)
+            .routing(name)
             .filter(|ep| caller_tenant.is_none() || ep.tenant.as_deref() == caller_tenant);
         match visible {
             None => Err(AdminError::NotFound(name.to_owned())),
             Some(ep) if ep.source == EndpointSource::Config => {
                 Err(AdminError::DeclaredInConfig(name.to_owned()))
             }
-            Some(_) => config
-                .api_endpoints
-                .iter()
-                .find(|r| r.name == name)
-                .cloned()
+            Some(_) => self
+                .store
+                .api_endpoint(name)
+                .await?
                 .ok_or_else(|| AdminError::NotFound(name.to_owned())),
         }
     }
 
     /// Validates a row as the running config would run it (which refuses a URL whose address
-    /// the SSRF rules block); its plugins must be loaded, as their role's kind.
-    fn check(&self, row: &ApiEndpointRow, config: &Config) -> Result<(), AdminError> {
-        let endpoint = config::api_endpoint(row, config).map_err(|refused| {
+    /// the SSRF rules block). A plugin binding is not checked against the plugins loaded now:
+    /// as in the file, a plugin missing or of another kind is reported (the endpoint's
+    /// `problems`, `GET /v1/status`, the log, a gauge) rather than refused, since plugins
+    /// hot-reload and may arrive after the endpoint, and each node of a cluster has its own
+    /// plugin folder.
+    fn check(&self, row: &ApiEndpointRow, config: &Config) -> Result<EndpointConfig, AdminError> {
+        config::api_endpoint(row, config).map_err(|refused| {
             if refused.blocked_address {
                 AdminError::Blocked(refused.problems)
             } else {
                 AdminError::Invalid(refused.problems)
             }
-        })?;
-        let plugins = &self.reloader.plugins;
-        let missing: Vec<Problem> = endpoint
-            .binding_problems(|name| plugins.world_of(name).map(|w| w.as_str()))
-            .into_iter()
-            .map(|p| Problem {
-                file: "api".into(),
-                line: 0,
-                path: p.role.into(),
-                reason: match p.loaded_as {
-                    None => format!("no plugin `{}` is loaded (GET /v1/plugins lists them)", p.plugin),
-                    Some(kind) => format!("plugin `{}` is a {kind}, not a {}", p.plugin, p.expected_world()),
-                },
-            })
-            .collect();
-        if !missing.is_empty() {
-            return Err(AdminError::Invalid(missing));
-        }
-        Ok(())
+        })
     }
 }
 
@@ -316,6 +324,11 @@ fn spec_of(row: &ApiEndpointRow) -> Result<Map<String, Value>, AdminError> {
 
 fn tenant_of(body: &Map<String, Value>) -> Option<String> {
     body.get("tenant").and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The Svix uid among the keys (`svix.uid`), which the store keeps unique within a tenant.
+fn uid_of(body: &Map<String, Value>) -> Option<String> {
+    body.get("svix")?.get("uid")?.as_str().map(str::to_owned)
 }
 
 fn invalid(path: &str, reason: &str) -> AdminError {

@@ -196,7 +196,7 @@ impl EventTypes {
         let mut rows = Vec::new();
         let mut after = None;
         loop {
-            let page = self.store.event_types(after.clone(), PAGE, true).await?;
+            let page = self.store.event_types(after.clone(), PAGE, true, false).await?;
             let done = page.len() < PAGE as usize;
             after = page.last().map(|r| r.name.clone());
             rows.extend(page.into_iter().filter(|r| r.schemas.is_some()));
@@ -285,18 +285,25 @@ pub fn valid_name(name: &str) -> Result<(), CatalogError> {
     valid_label("name", name)
 }
 
-fn valid_label(field: &'static str, text: &str) -> Result<(), CatalogError> {
-    let ok = !text.is_empty()
+/// What [`is_svix_name`] asks, said to a caller whose name it refused.
+pub const SVIX_NAME_RULE: &str = "1-256 characters of a-z, A-Z, 0-9, `.`, `_`, `-`";
+
+/// Svix's rule for its names (event types, `uid`s, channels, tags, `eventId`s).
+pub fn is_svix_name(text: &str) -> bool {
+    !text.is_empty()
         && text.len() <= 256
         && text
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn valid_label(field: &'static str, text: &str) -> Result<(), CatalogError> {
+    if is_svix_name(text) {
         Ok(())
     } else {
         Err(CatalogError::Invalid {
             field,
-            reason: format!("`{text}` must be 1-256 characters of a-z, A-Z, 0-9, `.`, `_`, `-`"),
+            reason: format!("`{text}` must be {SVIX_NAME_RULE}"),
         })
     }
 }
@@ -315,7 +322,7 @@ fn valid_schemas(name: &str, schemas: Value) -> Result<String, CatalogError> {
     for (version, schema) in versions {
         compile(name, schema.clone(), &mut boon::Schemas::new()).map_err(|reason| {
             invalid(format!(
-                "version `{version}` is not a usable JSON Schema: {reason}"
+                "version `{version}` is not a usable JSON Schema: {reason:#}"
             ))
         })?;
     }
@@ -345,15 +352,17 @@ impl boon::UrlLoader for NoExternalRefs {
     }
 }
 
-fn compile(name: &str, schema: Value, into: &mut boon::Schemas) -> Result<boon::SchemaIndex, String> {
+fn compile(
+    name: &str,
+    schema: Value,
+    into: &mut boon::Schemas,
+) -> Result<boon::SchemaIndex, Box<boon::CompileError>> {
     let url = format!("urn:hookgate:event-type:{name}");
     let mut compiler = boon::Compiler::new();
     compiler.set_default_draft(boon::Draft::V2020_12);
     compiler.use_loader(Box::new(NoExternalRefs));
-    compiler
-        .add_resource(&url, schema)
-        .map_err(|e| format!("{e:#}"))?;
-    compiler.compile(&url, into).map_err(|e| format!("{e:#}"))
+    compiler.add_resource(&url, schema).map_err(Box::new)?;
+    compiler.compile(&url, into).map_err(Box::new)
 }
 
 /// Each innermost failure of a validation: where in the payload, and what is wrong there.

@@ -459,6 +459,23 @@ mod tests {
         s.transitions.iter().map(|t| (t.from, t.to)).collect()
     }
 
+    fn moved(from: EndpointState, to: EndpointState, at: Timestamp, reason: &str) -> Transition {
+        Transition {
+            from,
+            to,
+            at,
+            reason: reason.into(),
+        }
+    }
+
+    /// A step's effects: stopping or resuming deliveries where that changes, then the event.
+    fn effects(deliveries: Option<Effect>, event_type: &'static str) -> Vec<Effect> {
+        deliveries
+            .into_iter()
+            .chain([Effect::Publish { event_type }])
+            .collect()
+    }
+
     #[test]
     fn default_rules_are_the_spec_numbers_and_valid() {
         let rules = HealthRules::default();
@@ -530,20 +547,10 @@ mod tests {
         assert_eq!(s.health.changed_at, Some(at_ms(4000)));
         assert_eq!(
             s.transitions,
-            vec![Transition {
-                from: Active,
-                to: Degraded,
-                at: at_ms(4000),
-                reason: "5 failed attempts in a row".into()
-            }]
+            vec![moved(Active, Degraded, at_ms(4000), "5 failed attempts in a row")]
         );
         // Degraded still receives events: nothing to stop.
-        assert_eq!(
-            s.effects,
-            vec![Effect::Publish {
-                event_type: EVENT_DEGRADED
-            }]
-        );
+        assert_eq!(s.effects, effects(None, EVENT_DEGRADED));
     }
 
     #[test]
@@ -581,12 +588,7 @@ mod tests {
         assert_eq!(s.transitions.len(), 1);
         assert_eq!(s.transitions[0].reason, "delivery succeeded");
         assert_eq!(states(&s), vec![(Degraded, Active)]);
-        assert_eq!(
-            s.effects,
-            vec![Effect::Publish {
-                event_type: EVENT_RECOVERED
-            }]
-        );
+        assert_eq!(s.effects, effects(None, EVENT_RECOVERED));
     }
 
     #[test]
@@ -681,22 +683,14 @@ mod tests {
         assert_eq!(s.health.changed_at, Some(at_days(3.0)));
         assert_eq!(
             s.transitions,
-            vec![Transition {
-                from: Degraded,
-                to: Paused,
-                at: at_days(3.0),
-                reason: "3 days without success and 20 failed attempts in a row".into()
-            }]
+            vec![moved(
+                Degraded,
+                Paused,
+                at_days(3.0),
+                "3 days without success and 20 failed attempts in a row"
+            )]
         );
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::StopDeliveries,
-                Effect::Publish {
-                    event_type: EVENT_PAUSED
-                }
-            ]
-        );
+        assert_eq!(s.effects, effects(Some(Effect::StopDeliveries), EVENT_PAUSED));
         // The tick changes no counters.
         assert_eq!(s.health.consecutive_failures, 20);
         assert_eq!(s.health.failing_since, Some(at_days(0.0)));
@@ -752,19 +746,9 @@ mod tests {
         assert_eq!(s.health.state, Disabled);
         assert_eq!(
             s.transitions,
-            vec![Transition {
-                from: Paused,
-                to: Disabled,
-                at: at_days(7.0),
-                reason: "7 days without success".into()
-            }]
+            vec![moved(Paused, Disabled, at_days(7.0), "7 days without success")]
         );
-        assert_eq!(
-            s.effects,
-            vec![Effect::Publish {
-                event_type: EVENT_DISABLED
-            }]
-        );
+        assert_eq!(s.effects, effects(None, EVENT_DISABLED));
     }
 
     #[test]
@@ -803,76 +787,29 @@ mod tests {
     }
 
     #[test]
-    fn a_410_disables_an_active_endpoint_at_once() {
-        let s = step(
-            &HealthRules::default(),
-            &EndpointHealth::default(),
-            GONE,
-            at_ms(0),
-        );
-        assert_eq!(s.health.state, Disabled);
-        assert_eq!(s.health.consecutive_failures, 1);
-        assert_eq!(s.health.failing_since, Some(at_ms(0)));
-        assert_eq!(
-            s.transitions,
-            vec![Transition {
-                from: Active,
-                to: Disabled,
-                at: at_ms(0),
-                reason: "410 Gone from the endpoint".into()
-            }]
-        );
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::StopDeliveries,
-                Effect::Publish {
-                    event_type: EVENT_DISABLED
-                }
-            ]
-        );
-    }
-
-    #[test]
-    fn a_410_disables_a_degraded_endpoint_at_once() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 7, Some(0.0)),
-            GONE,
-            at_days(0.5),
-        );
-        assert_eq!(s.health.state, Disabled);
-        assert_eq!(states(&s), vec![(Degraded, Disabled)]);
-        assert_eq!(s.transitions[0].reason, "410 Gone from the endpoint");
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::StopDeliveries,
-                Effect::Publish {
-                    event_type: EVENT_DISABLED
-                }
-            ]
-        );
-    }
-
-    #[test]
-    fn a_410_while_paused_disables_without_stopping_deliveries_again() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Paused, 22, Some(0.0)),
-            GONE,
-            at_days(4.0),
-        );
-        assert_eq!(s.health.state, Disabled);
-        assert_eq!(s.health.consecutive_failures, 23);
-        assert_eq!(states(&s), vec![(Paused, Disabled)]);
-        assert_eq!(s.transitions[0].reason, "410 Gone from the endpoint");
-        assert_eq!(
-            s.effects,
-            vec![Effect::Publish {
-                event_type: EVENT_DISABLED
-            }]
-        );
+    fn a_410_disables_at_once_from_every_receiving_state() {
+        // The state before, when the 410 comes, and whether deliveries still ran to be stopped
+        // (a paused endpoint's had stopped already).
+        let cases = [
+            (EndpointHealth::default(), at_ms(0), Some(Effect::StopDeliveries)),
+            (
+                health(Degraded, 7, Some(0.0)),
+                at_days(0.5),
+                Some(Effect::StopDeliveries),
+            ),
+            (health(Paused, 22, Some(0.0)), at_days(4.0), None),
+        ];
+        for (from, now, stop) in cases {
+            let s = step(&HealthRules::default(), &from, GONE, now);
+            assert_eq!(s.health.state, Disabled, "from {:?}", from.state);
+            assert_eq!(s.health.consecutive_failures, from.consecutive_failures + 1);
+            assert_eq!(s.health.failing_since, from.failing_since.or(Some(now)));
+            assert_eq!(
+                s.transitions,
+                vec![moved(from.state, Disabled, now, "410 Gone from the endpoint")]
+            );
+            assert_eq!(s.effects, effects(stop, EVENT_DISABLED));
+        }
     }
 
     #[test]
@@ -903,90 +840,44 @@ mod tests {
     }
 
     #[test]
-    fn reenable_brings_a_paused_endpoint_back_with_counters_reset() {
-        let mut paused = health(Paused, 21, Some(0.0));
-        paused.last_success_at = Some(at_days(-1.0));
-        let s = step(
-            &HealthRules::default(),
-            &paused,
-            HealthInput::Reenable,
-            at_days(4.0),
-        );
-        assert_eq!(s.health.state, Active);
-        assert_eq!(s.health.consecutive_failures, 0);
-        assert_eq!(s.health.failing_since, None);
-        assert_eq!(
-            s.health.last_success_at,
-            Some(at_days(-1.0)),
-            "re-enable is not a success"
-        );
-        assert_eq!(s.health.changed_at, Some(at_days(4.0)));
-        assert_eq!(
-            s.transitions,
-            vec![Transition {
-                from: Paused,
-                to: Active,
-                at: at_days(4.0),
-                reason: "re-enabled by operator".into()
-            }]
-        );
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::ResumeDeliveries,
-                Effect::Publish {
-                    event_type: EVENT_REENABLED
-                }
-            ]
-        );
+    fn reenable_makes_an_endpoint_active_again_with_counters_reset() {
+        // The state before, its failures, when the operator re-enables it, and whether its
+        // deliveries had stopped (a degraded endpoint was receiving already).
+        let cases = [
+            (Paused, 21, at_days(4.0), Some(Effect::ResumeDeliveries)),
+            (Disabled, 40, at_days(10.0), Some(Effect::ResumeDeliveries)),
+            (Degraded, 8, at_days(1.0), None),
+        ];
+        for (state, failures, now, resume) in cases {
+            let mut from = health(state, failures, Some(0.0));
+            from.last_success_at = Some(at_days(-1.0));
+            let s = step(&HealthRules::default(), &from, HealthInput::Reenable, now);
+            assert_eq!(s.health.state, Active, "from {state:?}");
+            assert_eq!(s.health.consecutive_failures, 0);
+            assert_eq!(s.health.failing_since, None);
+            assert_eq!(
+                s.health.last_success_at,
+                Some(at_days(-1.0)),
+                "re-enable is not a success"
+            );
+            assert_eq!(s.health.changed_at, Some(now));
+            assert_eq!(
+                s.transitions,
+                vec![moved(state, Active, now, "re-enabled by operator")]
+            );
+            assert_eq!(s.effects, effects(resume, EVENT_REENABLED));
+        }
     }
 
     #[test]
-    fn reenable_brings_a_disabled_endpoint_back_with_counters_reset() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Disabled, 40, Some(0.0)),
-            HealthInput::Reenable,
-            at_days(10.0),
-        );
-        assert_eq!(s.health.state, Active);
-        assert_eq!(s.health.consecutive_failures, 0);
-        assert_eq!(s.health.failing_since, None);
-        assert_eq!(states(&s), vec![(Disabled, Active)]);
-        assert_eq!(
-            s.effects,
-            vec![
-                Effect::ResumeDeliveries,
-                Effect::Publish {
-                    event_type: EVENT_REENABLED
-                }
-            ]
-        );
-        // A fresh start: it takes five new failures to degrade again.
-        let four = fail_n(&HealthRules::default(), &s.health, 4, at_days(10.1), 1000);
+    fn a_reenabled_endpoint_takes_five_new_failures_to_degrade_again() {
+        let rules = HealthRules::default();
+        let disabled = health(Disabled, 40, Some(0.0));
+        let s = step(&rules, &disabled, HealthInput::Reenable, at_days(10.0));
+        let four = fail_n(&rules, &s.health, 4, at_days(10.1), 1000);
         assert_eq!(four.health.state, Active);
-    }
-
-    #[test]
-    fn reenable_of_a_degraded_endpoint_makes_it_active_with_counters_reset() {
-        let s = step(
-            &HealthRules::default(),
-            &health(Degraded, 8, Some(0.0)),
-            HealthInput::Reenable,
-            at_days(1.0),
-        );
-        assert_eq!(s.health.state, Active);
-        assert_eq!(s.health.consecutive_failures, 0);
-        assert_eq!(s.health.failing_since, None);
-        assert_eq!(states(&s), vec![(Degraded, Active)]);
-        assert_eq!(s.transitions[0].reason, "re-enabled by operator");
-        // Degraded was receiving already: nothing to resume.
-        assert_eq!(
-            s.effects,
-            vec![Effect::Publish {
-                event_type: EVENT_REENABLED
-            }]
-        );
+        let fifth = step(&rules, &four.health, FAIL, at_days(10.2));
+        assert_eq!(fifth.health.state, Degraded);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
 use crate::config::Config;
+use crate::endpoints::Endpoints;
 use crate::filter;
 use crate::health::EndpointHealth;
 use crate::model::{DeliveryId, Event, EventLabels, EventTrace, Timestamp};
@@ -75,6 +76,7 @@ pub const KEY_BLOCKED: &str = "hookgate.ordering.key_blocked";
 pub struct Ingestor {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) endpoints: Endpoints,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) scheduler: SchedulerHandle,
     pub(crate) committer: Committer,
@@ -91,7 +93,6 @@ impl Ingestor {
     /// nor disabled, and passed by their content filter. `trace` is the ingestion request's
     /// span; without one (operator events) each event starts a trace.
     pub fn prepare(&self, events: Vec<NewEvent>, trace: Option<EventTrace>) -> Prepared {
-        let config = self.config.load();
         let now = self.clock.now();
         let items = events
             .into_iter()
@@ -111,7 +112,7 @@ impl Ingestor {
                     })),
                     labels: e.labels,
                 };
-                let endpoints = self.fan_out(&config, &event);
+                let endpoints = self.fan_out(&event);
                 IngestItem {
                     event: Arc::new(event),
                     endpoints,
@@ -124,17 +125,21 @@ impl Ingestor {
     /// The endpoints an event goes to. The view that content filters read is built at most
     /// once per event, and only when an endpoint it reaches has a filter: an event none of
     /// whose endpoints filters is never parsed.
-    fn fan_out(&self, config: &Config, event: &Event) -> Vec<Target> {
+    fn fan_out(&self, event: &Event) -> Vec<Target> {
         let view = OnceCell::new();
-        config
+        self.endpoints
             .subscribers(
                 &event.topic,
                 &event.event_type,
                 event.tenant.as_deref(),
                 &event.labels.channels,
             )
+            .into_iter()
             .filter(|ep| self.scheduler.receives_events(&ep.name))
-            .filter(|ep| ep.passes_filter(|| view.get_or_init(|| filter::input(event))))
+            .filter(|ep| {
+                ep.filter()
+                    .is_none_or(|f| f.matches(view.get_or_init(|| filter::input(event))))
+            })
             .map(|ep| ep.target())
             .collect()
     }

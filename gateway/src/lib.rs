@@ -14,6 +14,7 @@ pub mod config;
 pub mod console;
 pub mod delivery;
 pub mod endpoint_admin;
+pub mod endpoints;
 pub mod event_types;
 pub mod fence;
 pub mod filter;

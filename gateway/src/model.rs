@@ -123,7 +123,9 @@ pub struct Event {
 }
 
 /// What an event carries beside its payload. `channels` route it (see [`channels_match`]);
-/// `tags` and `event_id` are kept for the Svix API, which shows them on its messages.
+/// `tags` and `event_id` are kept for the Svix API, which shows them on its messages, and
+/// `expunged` says its payload was removed on request (Svix's `expunge_content`): it is
+/// never sent again.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventLabels {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -133,11 +135,13 @@ pub struct EventLabels {
     /// A Svix message's `eventId`, the app's own id of it (unique per application).
     #[serde(default, rename = "eventId", skip_serializing_if = "Option::is_none")]
     pub event_id: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expunged: bool,
 }
 
 impl EventLabels {
     pub fn is_empty(&self) -> bool {
-        self.channels.is_empty() && self.tags.is_empty() && self.event_id.is_none()
+        self.channels.is_empty() && self.tags.is_empty() && self.event_id.is_none() && !self.expunged
     }
 
     /// As the stores keep them: a JSON object, or NULL when there are none.
@@ -277,6 +281,9 @@ pub enum ErrorKind {
     Rejected,
     EndpointPaused,
     EndpointRemoved,
+    /// The event's payload was expunged on request (Svix's `expunge_content`): nothing is
+    /// sent, and the delivery ends.
+    PayloadExpunged,
 }
 
 impl ErrorKind {
@@ -294,6 +301,7 @@ impl ErrorKind {
             ErrorKind::Rejected => "rejected",
             ErrorKind::EndpointPaused => "endpoint_paused",
             ErrorKind::EndpointRemoved => "endpoint_removed",
+            ErrorKind::PayloadExpunged => "payload_expunged",
         }
     }
 }
@@ -314,6 +322,7 @@ impl FromStr for ErrorKind {
             "rejected" => ErrorKind::Rejected,
             "endpoint_paused" => ErrorKind::EndpointPaused,
             "endpoint_removed" => ErrorKind::EndpointRemoved,
+            "payload_expunged" => ErrorKind::PayloadExpunged,
             _ => return Err(UnknownName(s.to_owned())),
         })
     }
@@ -621,6 +630,7 @@ mod tests {
             "rejected",
             "endpoint_paused",
             "endpoint_removed",
+            "payload_expunged",
         ] {
             assert_eq!(s.parse::<ErrorKind>().unwrap().as_str(), s);
         }

@@ -87,8 +87,7 @@ pub async fn run(ingestor: Ingestor, shutdown: CancellationToken) {
 
 /// One look at every ordered endpoint this node delivers.
 async fn pass(ingestor: &Ingestor, reported: &mut Reported, now: Timestamp, threshold: Duration) {
-    let config = ingestor.config.load_full();
-    for ep in config.endpoints.values().filter(|ep| ep.ordered) {
+    for ep in ingestor.endpoints.ordered() {
         if !ingestor.scheduler.delivers(&ep.name) {
             continue;
         }

@@ -10,12 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 
 use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
-use crate::config::{Config, EndpointConfig};
+use crate::config::EndpointConfig;
 use crate::model::{DeliveryId, EndpointState, Event, Timestamp};
 use crate::scheduler::SchedulerHandle;
 use crate::store::{
@@ -63,6 +62,9 @@ pub enum RecoveryError {
     DeliveryNotFound(DeliveryId),
     #[error("an attempt of delivery `{0}` is running now; wait for its outcome")]
     DeliveryInFlight(DeliveryId),
+    /// The event's payload was expunged (Svix's `expunge_content`): there is nothing to send.
+    #[error("the payload of event `{0}` was expunged; it cannot be sent again")]
+    PayloadExpunged(String),
     /// `field` (`since`, `replay_since`) reaches further back than [`REPLAY_MAX_AGE`].
     #[error("`{field}` may be at most 7 days back (not before {oldest})")]
     WindowTooFarBack { field: &'static str, oldest: Timestamp },
@@ -109,20 +111,18 @@ pub enum Replay {
 #[derive(Clone)]
 pub struct Recovery {
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) config: Arc<ArcSwap<Config>>,
+    pub(crate) endpoints: crate::endpoints::Endpoints,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) scheduler: SchedulerHandle,
     pub(crate) committer: Committer,
 }
 
 impl Recovery {
-    /// The configured endpoint of that name.
-    pub fn endpoint(&self, name: &str) -> Result<Arc<EndpointConfig>, RecoveryError> {
-        self.config
-            .load()
-            .endpoints
+    /// The running endpoint of that name.
+    pub async fn endpoint(&self, name: &str) -> Result<Arc<EndpointConfig>, RecoveryError> {
+        self.endpoints
             .get(name)
-            .cloned()
+            .await?
             .ok_or_else(|| RecoveryError::EndpointNotFound(name.to_owned()))
     }
 
@@ -149,10 +149,14 @@ impl Recovery {
             .delivery(id)
             .await?
             .ok_or(RecoveryError::DeliveryNotFound(id))?;
-        if !self.config.load().endpoints.contains_key(row.endpoint.as_str()) {
+        if !self.endpoints.contains(&row.endpoint) {
             return Err(RecoveryError::EndpointRemoved(row.endpoint));
         }
         self.ensure_receiving(&row.endpoint)?;
+        let events = self.store.event(&row.event_id, Some(&row.topic)).await?;
+        if events.iter().any(|e| e.labels.expunged) {
+            return Err(RecoveryError::PayloadExpunged(row.event_id));
+        }
         if self.scheduler.is_in_flight(id) {
             return Err(RecoveryError::DeliveryInFlight(id));
         }
@@ -245,8 +249,19 @@ impl Recovery {
         endpoint: &EndpointConfig,
         (since, until): (Timestamp, Timestamp),
     ) -> Result<(usize, Option<Timestamp>), RecoveryError> {
+        let since = Self::not_before_creation(endpoint, since).min(until);
         let (events, continue_from) = self.replay_batch(replay_window(endpoint), since, until).await?;
         Ok((events.len(), continue_from))
+    }
+
+    /// `since`, or the endpoint's creation when that is later: an event accepted before the
+    /// endpoint existed was never its to receive, and a replay does not send it. The gateway
+    /// knows when an endpoint created through the API began (its row's `created_at`, new when
+    /// a deleted name is created again); it keeps no such time for the config file's.
+    fn not_before_creation(endpoint: &EndpointConfig, since: Timestamp) -> Timestamp {
+        endpoint
+            .stored
+            .map_or(since, |stored| since.max(stored.created_at))
     }
 
     /// Makes a paused or disabled endpoint active again and, with `replay_since`, re-sends the
@@ -287,6 +302,7 @@ impl Recovery {
         until: Timestamp,
         idempotency: Option<(IdempotencyRecord, ReplayAnswer)>,
     ) -> Result<Replay, RecoveryError> {
+        let since = Self::not_before_creation(endpoint, since).min(until);
         let (events, continue_from) = self.replay_batch(replay_window(endpoint), since, until).await?;
         let name = endpoint.name.to_string();
         let summary = move |ready: &[ReadyDelivery]| Replayed {
@@ -328,7 +344,20 @@ impl Recovery {
     /// there neither repeats nor skips an event. That may queue a few fewer than 10 000. Should
     /// more than 10 000 events share the window's first millisecond, that millisecond is queued
     /// whole: a little over the limit, rather than a cursor that cannot move forward.
+    /// Events whose payload was expunged are left out: they are never sent again.
     async fn replay_batch(
+        &self,
+        window: impl Fn(Timestamp, Timestamp) -> ReplayWindow,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<(Vec<Arc<Event>>, Option<Timestamp>), StoreError> {
+        let (mut events, continue_from) = self.window_batch(window, since, until).await?;
+        events.retain(|e| !e.labels.expunged);
+        Ok((events, continue_from))
+    }
+
+    /// The events of the window in one batch, as [`Self::replay_batch`] cuts it.
+    async fn window_batch(
         &self,
         window: impl Fn(Timestamp, Timestamp) -> ReplayWindow,
         since: Timestamp,

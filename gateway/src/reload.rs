@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Clock;
-use crate::config::{self, Config, ConfigError};
+use crate::config::{self, Config};
 use crate::delivery::Sender;
+use crate::endpoints::Endpoints;
 use crate::plugins::{PluginHost, World};
 use crate::scheduler::SchedulerHandle;
-use crate::store::{ApiEndpointRow, Store};
+use crate::store::Store;
 use crate::telemetry::Metrics;
 
 /// What `GET /v1/status` reports besides counters: when the gateway started and how the last
@@ -24,6 +25,18 @@ pub struct RuntimeStatus {
     pub last_reload: Option<ReloadStatus>,
     /// Plugin bindings that cannot work now (plugin missing or of another kind).
     pub binding_problems: Vec<crate::config::BindingProblem>,
+    /// The gateway has begun to shut down (`GET /readyz` says so).
+    pub stopping: bool,
+}
+
+impl RuntimeStatus {
+    /// The status of a gateway that started `now`, shared between the reloader and the API.
+    pub fn started(now: crate::model::Timestamp) -> Arc<Mutex<RuntimeStatus>> {
+        Arc::new(Mutex::new(RuntimeStatus {
+            started_at: Some(now),
+            ..RuntimeStatus::default()
+        }))
+    }
 }
 
 /// How the last config reload went.
@@ -47,24 +60,27 @@ impl ReloadStatus {
 }
 
 /// Applies config reloads (from the file watcher, SIGHUP or a test) and records how they went.
+/// It holds what a reload changes; the gateway's other parts get narrower handles (the
+/// endpoint admin a [`BindingReview`], the plugin watcher too).
 #[derive(Clone)]
 pub struct Reloader {
     pub(crate) config: Arc<ArcSwap<Config>>,
-    pub(crate) plugins: PluginHost,
-    pub(crate) scheduler: SchedulerHandle,
+    /// The running endpoints: a reload replaces the file's, after checking that those created
+    /// through the API still fit (and waits meanwhile for their changes in progress).
+    pub(crate) endpoints: Endpoints,
+    /// The transports, for `delivery.allow_networks`.
     pub(crate) sender: Sender,
-    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
-    pub(crate) clock: Arc<dyn Clock>,
+    /// Told to plan again with the new config.
+    pub(crate) scheduler: SchedulerHandle,
+    /// For `storage.max_size`, applied by a store job that `tasks` owns: shutdown waits for
+    /// it before closing the store.
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) metrics: Metrics,
-    /// Owns the store jobs a reload starts; shutdown waits for them before closing the store.
     pub(crate) tasks: TaskTracker,
-    /// One change of the running config at a time: a file reload and a change of the
-    /// endpoints created through the API each start from what the other left.
-    pub(crate) changing: Arc<Mutex<()>>,
+    pub(crate) bindings: BindingReview,
+    pub(crate) log: ReloadLog,
 }
 
-/// How one reload went. Every reload ends in exactly one of these, and [`Reloader::record`] is
+/// How one reload went. Every reload ends in exactly one of these, and [`ReloadLog::record`] is
 /// the one place that tells the operator (log, `hookgate_config_reloads_total`,
 /// `GET /v1/status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,38 +100,41 @@ pub enum ReloadOutcome {
 }
 
 impl Reloader {
-    /// Reads the config file again: applies it if valid, else keeps the running config.
-    pub fn reload_from_file(&self) -> ReloadOutcome {
-        let outcome = match self.config.load().source.clone() {
+    /// Reads the config file again, with the command line's overrides over it as at start:
+    /// applies it if valid, else keeps the running config.
+    pub async fn reload_from_file(&self) -> ReloadOutcome {
+        let (source, overrides) = {
+            let running = self.config.load();
+            (running.source.clone(), running.overrides.clone())
+        };
+        let outcome = match source {
             None => ReloadOutcome::NoFile,
-            Some(path) => match config::load_file(&path) {
-                Ok(new) => return self.apply(new),
+            Some(path) => match config::load_file_with(&path, &overrides) {
+                Ok(new) => return self.apply(new).await,
                 Err(e) => ReloadOutcome::Refused {
                     problems: e.problems.iter().map(ToString::to_string).collect(),
                 },
             },
         };
-        self.record(&outcome);
+        self.log.record(&outcome, &self.config);
         outcome
     }
 
     /// Applies a validated config. Endpoints and policies added, changed or removed take effect
     /// at the next planning step of each delivery; the settings read only at start keep their
     /// running value (see [`keep_restart_only_settings`]).
-    pub fn apply(&self, new: Config) -> ReloadOutcome {
-        let _one_at_a_time = self.changing.lock().expect("config change lock");
+    pub async fn apply(&self, mut new: Config) -> ReloadOutcome {
+        let reload = self.endpoints.reload().await;
         let old = self.config.load_full();
-        // The endpoints created through the API stay, checked against the new file.
-        let mut new = match new.with_api_endpoints(old.api_endpoints.clone()) {
-            Ok(new) => new,
-            Err(e) => {
-                let outcome = ReloadOutcome::Refused {
-                    problems: e.problems.iter().map(ToString::to_string).collect(),
-                };
-                self.record(&outcome);
-                return outcome;
-            }
-        };
+        // The endpoints created through the API stay, and must fit the new file.
+        if let Err(e) = self.endpoints.check_file(&reload, &old, &new).await {
+            drop(reload);
+            let outcome = ReloadOutcome::Refused {
+                problems: e.problems.iter().map(ToString::to_string).collect(),
+            };
+            self.log.record(&outcome, &self.config);
+            return outcome;
+        }
         let needs_restart = keep_restart_only_settings(&mut new, &old);
         if new.storage.max_size_bytes != old.storage.max_size_bytes {
             // Through the writer, between two commits: raising the cap is how a full store
@@ -127,10 +146,12 @@ impl Reloader {
                 }
             });
         }
-        let (added, removed, changed) = endpoint_changes(&old, &new);
         self.sender
             .set_allow_networks(new.delivery.allow_networks.clone());
-        self.config.store(Arc::new(new));
+        let new = Arc::new(new);
+        self.config.store(new.clone());
+        let (added, removed, changed) = self.endpoints.replace_file(&reload, &old, &new);
+        drop(reload);
         self.scheduler.reconfigured();
         let outcome = ReloadOutcome::Applied {
             added,
@@ -138,36 +159,24 @@ impl Reloader {
             changed,
             needs_restart,
         };
-        self.record(&outcome);
-        self.review_bindings(Announce::All);
+        self.log.record(&outcome, &self.config);
+        self.bindings.review(Announce::All);
         outcome
     }
+}
 
-    /// Runs the endpoints created through the API as the store holds them (`rows`), in place
-    /// of those running; the rest of the config stays. Refused, with the running config kept,
-    /// when they do not fit it.
-    pub(crate) fn apply_api_endpoints(&self, rows: Vec<ApiEndpointRow>) -> Result<(), ConfigError> {
-        let _one_at_a_time = self.changing.lock().expect("config change lock");
-        let old = self.config.load_full();
-        if *old.api_endpoints == *rows {
-            return Ok(());
-        }
-        let new = Config::clone(&old).with_api_endpoints(Arc::from(rows))?;
-        let (added, removed, changed) = endpoint_changes(&old, &new);
-        self.config.store(Arc::new(new));
-        self.scheduler.reconfigured();
-        tracing::info!(
-            added,
-            removed,
-            changed,
-            "endpoints created through the API changed"
-        );
-        self.review_bindings(Announce::Changes);
-        Ok(())
-    }
+/// Where a reload's outcome goes: the log, `hookgate_config_reloads_total` and
+/// `GET /v1/status`.
+#[derive(Clone)]
+pub(crate) struct ReloadLog {
+    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) metrics: Metrics,
+}
 
-    /// Tells the operator how a reload went.
-    fn record(&self, outcome: &ReloadOutcome) {
+impl ReloadLog {
+    /// Tells the operator how a reload went; `config` is the one that runs now.
+    fn record(&self, outcome: &ReloadOutcome, config: &ArcSwap<Config>) {
         let (result, ok, errors, needs_restart) = match outcome {
             ReloadOutcome::NoFile => {
                 tracing::warn!("no config file to reload: the gateway runs on the embedded default");
@@ -179,7 +188,7 @@ impl Reloader {
                 }
                 // The line an operator looks for when the gateway does not do what the file
                 // says: the problems above are why.
-                let file = self.config.load().source.clone().unwrap_or_default();
+                let file = config.load().source.clone().unwrap_or_default();
                 tracing::warn!(
                     file = %file.display(),
                     problems = problems.len(),
@@ -214,26 +223,6 @@ impl Reloader {
     }
 }
 
-/// How many endpoints a reload adds, removes and changes.
-fn endpoint_changes(old: &Config, new: &Config) -> (usize, usize, usize) {
-    let added = new
-        .endpoints
-        .keys()
-        .filter(|k| !old.endpoints.contains_key(*k))
-        .count();
-    let removed = old
-        .endpoints
-        .keys()
-        .filter(|k| !new.endpoints.contains_key(*k))
-        .count();
-    let changed = new
-        .endpoints
-        .iter()
-        .filter(|(k, v)| old.endpoints.get(*k).is_some_and(|o| o.as_ref() != v.as_ref()))
-        .count();
-    (added, removed, changed)
-}
-
 /// Puts back into `new` the running value of every setting that is read only at start, and
 /// names those that the new config wanted to change. This list is the one place that says
 /// which settings need a restart (the README's "Live reload" repeats it for users).
@@ -245,93 +234,73 @@ fn keep_restart_only_settings(new: &mut Config, old: &Config) -> Vec<&'static st
         }
         differs
     }
+    // The setting's name as the file writes it, and the field that holds it.
+    macro_rules! kept {
+        ($key:literal, $($field:ident).+) => {
+            ($key, keep(&mut new.$($field).+, &old.$($field).+))
+        };
+    }
     [
-        ("server.listen", keep(&mut new.server.listen, &old.server.listen)),
-        (
-            "server.header_timeout",
-            keep(&mut new.server.header_timeout, &old.server.header_timeout),
+        kept!("server.listen", server.listen),
+        kept!("server.header_timeout", server.header_timeout),
+        kept!("server.body_timeout", server.body_timeout),
+        kept!("server.shutdown_grace", server.shutdown_grace),
+        kept!("server.workers", server.workers),
+        kept!("storage.path", storage.path),
+        kept!("storage.url", storage.url),
+        kept!("storage.max_connections", storage.max_connections),
+        kept!("storage.encryption_key", storage.encryption_key),
+        kept!(
+            "storage.previous_encryption_keys",
+            storage.previous_encryption_keys
         ),
-        (
-            "server.body_timeout",
-            keep(&mut new.server.body_timeout, &old.server.body_timeout),
-        ),
-        (
-            "server.shutdown_grace",
-            keep(&mut new.server.shutdown_grace, &old.server.shutdown_grace),
-        ),
-        (
-            "server.workers",
-            keep(&mut new.server.workers, &old.server.workers),
-        ),
-        ("storage.path", keep(&mut new.storage.path, &old.storage.path)),
-        ("storage.url", keep(&mut new.storage.url, &old.storage.url)),
-        (
-            "storage.max_connections",
-            keep(&mut new.storage.max_connections, &old.storage.max_connections),
-        ),
-        ("cluster.lease", keep(&mut new.cluster.lease, &old.cluster.lease)),
-        (
-            "cluster.node_id",
-            keep(&mut new.cluster.node_id, &old.cluster.node_id),
-        ),
-        (
-            "delivery.ca_certs",
-            keep(&mut new.delivery.extra_roots, &old.delivery.extra_roots),
-        ),
-        (
-            "delivery.proxy",
-            keep(&mut new.delivery.proxy, &old.delivery.proxy),
-        ),
-        ("telemetry", keep(&mut new.telemetry, &old.telemetry)),
-        ("plugins.dir", keep(&mut new.plugins.dir, &old.plugins.dir)),
-        (
-            "plugins.cache_dir",
-            keep(&mut new.plugins.cache_dir, &old.plugins.cache_dir),
-        ),
-        (
-            "plugins.call_timeout",
-            keep(&mut new.plugins.call_timeout, &old.plugins.call_timeout),
-        ),
-        (
-            "plugins.call_wall_timeout",
-            keep(&mut new.plugins.call_wall_timeout, &old.plugins.call_wall_timeout),
-        ),
-        (
-            "plugins.max_file_size",
-            keep(&mut new.plugins.max_file_bytes, &old.plugins.max_file_bytes),
-        ),
-        (
-            "plugins.memory",
-            keep(&mut new.plugins.memory_bytes, &old.plugins.memory_bytes),
-        ),
-        (
-            "plugins.max_output",
-            keep(&mut new.plugins.max_output_bytes, &old.plugins.max_output_bytes),
-        ),
+        kept!("cluster.lease", cluster.lease),
+        kept!("cluster.node_id", cluster.node_id),
+        kept!("delivery.ca_certs", delivery.extra_roots),
+        kept!("delivery.proxy", delivery.proxy),
+        kept!("telemetry", telemetry),
+        kept!("plugins.dir", plugins.dir),
+        kept!("plugins.cache_dir", plugins.cache_dir),
+        kept!("plugins.bundled", plugins.bundled),
+        kept!("plugins.call_timeout", plugins.call_timeout),
+        kept!("plugins.call_wall_timeout", plugins.call_wall_timeout),
+        kept!("plugins.max_file_size", plugins.max_file_bytes),
+        kept!("plugins.memory", plugins.memory_bytes),
+        kept!("plugins.max_output", plugins.max_output_bytes),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))
     .collect()
 }
 
-/// Which binding problems [`Reloader::review_bindings`] logs.
+/// Which binding problems [`BindingReview::review`] logs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Announce {
     /// Every current problem: at start and after a config reload, where the operator looks.
     All,
-    /// Only what changed: after the plugin folder changed.
+    /// Only what changed: after the plugin folder changed, or one endpoint did.
     Changes,
 }
 
-impl Reloader {
+/// The review of plugin bindings: what the running endpoints bind against what the plugin
+/// host has loaded. A config reload, an endpoint change through the API and a change of the
+/// plugin folder each ask for one.
+#[derive(Clone)]
+pub(crate) struct BindingReview {
+    pub(crate) endpoints: Endpoints,
+    pub(crate) plugins: PluginHost,
+    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+    pub(crate) metrics: Metrics,
+}
+
+impl BindingReview {
     /// Finds the plugin bindings that cannot work now (plugin missing or of another kind),
     /// records them for `GET /v1/status`, the endpoints' `problems` and the
     /// `hookgate_plugin_binding_problems` gauge, and logs them.
-    pub(crate) fn review_bindings(&self, announce: Announce) {
+    pub(crate) fn review(&self, announce: Announce) {
         let found = self
-            .config
-            .load()
-            .plugin_binding_problems(|name| self.plugins.world_of(name).map(World::as_str));
+            .endpoints
+            .binding_problems(|name| self.plugins.world_of(name).map(World::as_str));
         let mut status = self.status.lock().expect("status lock");
         let before = std::mem::replace(&mut status.binding_problems, found.clone());
         drop(status);
@@ -346,27 +315,25 @@ impl Reloader {
             }
         }
     }
-}
 
-impl Reloader {
     fn problem_gauge(&self, p: &config::BindingProblem) -> metrics::Gauge {
         self.metrics
             .binding_problem(&p.endpoint, p.role, &p.plugin, p.code())
     }
-}
 
-/// Reviews the plugin bindings whenever the plugin folder changes: a plugin that appears
-/// resolves a problem, one that is deleted or replaced by another kind makes one.
-pub(crate) async fn review_bindings_on_plugin_changes(reloader: Reloader, shutdown: CancellationToken) {
-    let mut changes = reloader.plugins.changes();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
+    /// Reviews the bindings whenever the plugin folder changes: a plugin that appears
+    /// resolves a problem, one that is deleted or replaced by another kind makes one.
+    pub(crate) async fn on_plugin_changes(self, shutdown: CancellationToken) {
+        let mut changes = self.plugins.changes();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    self.review(Announce::Changes);
                 }
-                reloader.review_bindings(Announce::Changes);
             }
         }
     }

@@ -27,16 +27,19 @@ use crate::commit::Committer;
 use crate::config::{self, Config};
 use crate::delivery::{Sender, SenderOptions};
 use crate::endpoint_admin::EndpointAdmin;
+use crate::endpoints::Endpoints;
 use crate::fence::{Fence, SystemLeaseClock};
 use crate::health::EndpointHealth;
 use crate::ingest::Ingestor;
 use crate::model::{DeliveryId, Timestamp};
 use crate::plugins::{PluginHost, PluginLimits};
 use crate::recovery::Recovery;
-use crate::reload::{Announce, Reloader, review_bindings_on_plugin_changes};
-use crate::scheduler::{Scheduler, SchedulerDeps};
+use crate::reload::{Announce, BindingReview, ReloadLog, Reloader, RuntimeStatus};
+use crate::scheduler::{Scheduler, SchedulerDeps, SchedulerHandle};
 use crate::server::{self, ServerLimits};
-use crate::store::{NodeInfo, PgStore, RetentionCutoffs, SqliteOptions, SqliteStore, Store, StoreError};
+use crate::store::{
+    NodeInfo, PgStore, RetentionCutoffs, Sealer, SqliteOptions, SqliteStore, Store, StoreError,
+};
 use crate::telemetry::Metrics;
 use crate::traces::Traces;
 
@@ -80,13 +83,14 @@ pub struct Gateway {
     addr: SocketAddr,
     shutdown: CancellationToken,
     tasks: JoinSet<()>,
-    store: Arc<dyn Store>,
-    ingest_tasks: TaskTracker,
-    reloader: Reloader,
+    parts: Parts,
     /// The trace export task and its own stop: it stops last, so that the spans of the last
     /// attempts still go out.
-    trace_export: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+    trace_export: TraceExport,
 }
+
+/// The trace export task and the token that stops it; None when no traces are exported.
+type TraceExport = Option<(CancellationToken, tokio::task::JoinHandle<()>)>;
 
 impl Gateway {
     pub async fn start(opts: GatewayOptions) -> anyhow::Result<Gateway> {
@@ -105,45 +109,27 @@ impl Gateway {
             .clone()
             .unwrap_or_else(crate::cluster::generated_node_id);
         let store = open_store(&config, store_options, &metrics, &node_id).await?;
-        // Before the queue is rebuilt: the deliveries of these endpoints are not orphans.
-        let api_endpoints = store
-            .api_endpoints()
-            .await
-            .context("reading the endpoints created through the API")?;
-        let config = config
-            .with_api_endpoints(Arc::from(api_endpoints))
-            .context("the endpoints created through the API do not fit the config file")?;
-        let cluster_store = store.clone().cluster();
         let sender = build_sender(&config)?;
         let plugins = start_plugins(&config, &metrics).await?;
-        let (traces, export_task) =
-            Traces::start(config.telemetry.as_ref(), &config.delivery.extra_roots, &metrics)
-                .context("starting the trace exporter")?;
-        let trace_export = export_task.map(|task| {
-            let stop = CancellationToken::new();
-            (stop.clone(), tokio::spawn(task.run(stop)))
-        });
+        let (traces, trace_export) = start_traces(&config, &metrics)?;
         let listener = bind(listener, config.server.listen)?;
         let addr = listener.local_addr()?;
-        let node = NodeInfo {
-            id: node_id,
-            address: addr.to_string(),
-            started_at: Timestamp::from_system_time(std::time::SystemTime::now()),
-        };
-        let lease = config.cluster.lease;
-        let grace = config.server.shutdown_grace;
+        let node = this_node(node_id, addr);
+        let (lease, grace) = (config.cluster.lease, config.server.shutdown_grace);
         let server_limits =
             ServerLimits::new(config.server.header_timeout, config.server.body_timeout, grace);
         let config = Arc::new(ArcSwap::from_pointee(config));
+        // Before the queue is rebuilt: the deliveries of these endpoints are not orphans.
+        let endpoints = read_endpoints(&store, &config).await?;
         // In a cluster, the leases this node holds by its own monotonic clock: the scheduler
         // sends only for endpoints it holds (see `crate::fence`).
-        let fence = cluster_store
-            .as_ref()
-            .map(|_| Arc::new(Fence::new(lease, Arc::new(SystemLeaseClock))));
+        let fence =
+            (store.clone().cluster()).map(|_| Arc::new(Fence::new(lease, Arc::new(SystemLeaseClock))));
         let (mut scheduler, scheduler_handle) = Scheduler::load(SchedulerDeps {
             clock: clock.clone(),
             store: store.clone(),
             config: config.clone(),
+            endpoints: endpoints.clone(),
             sender: sender.clone(),
             plugins: plugins.clone(),
             metrics: metrics.clone(),
@@ -153,73 +139,32 @@ impl Gateway {
         .await
         .context("rebuilding the delivery queue")?;
 
-        let ingest_tasks = TaskTracker::new();
-        let reloader = Reloader {
+        let parts = Parts {
             config,
-            plugins,
+            status: RuntimeStatus::started(clock.now()),
+            clock,
+            store,
+            endpoints,
             scheduler: scheduler_handle,
             sender,
-            status: Arc::new(Mutex::new(crate::reload::RuntimeStatus {
-                started_at: Some(clock.now()),
-                ..crate::reload::RuntimeStatus::default()
-            })),
-            clock,
-            store: store.clone(),
+            plugins,
             metrics,
-            tasks: ingest_tasks.clone(),
-            changing: Arc::default(),
-        };
-        let endpoint_admin = EndpointAdmin {
-            store: store.clone(),
-            reloader: reloader.clone(),
-            clock: reloader.clock.clone(),
+            ingest_tasks: TaskTracker::new(),
         };
         let mut tasks = JoinSet::new();
-        let view = match (cluster_store, fence) {
-            (Some(cluster_store), Some(fence)) => {
-                let nodes = Arc::new(ArcSwap::from_pointee(NodeList::default()));
-                let mut task = ClusterTask::new(
-                    cluster_store,
-                    node,
-                    lease,
-                    reloader.scheduler.clone(),
-                    reloader.config.clone(),
-                    nodes.clone(),
-                    endpoint_admin.clone(),
-                    fence,
-                    &reloader.metrics,
-                );
-                let notices = task.start().await;
-                tasks.spawn(task.run(notices, shutdown.child_token()));
-                ClusterView::Shared { nodes, lease }
-            }
-            _ => ClusterView::Solo(node),
-        };
-        let (router, ingestor) = api_router(
-            &reloader,
-            &mut scheduler,
-            &ingest_tasks,
-            view,
-            endpoint_admin,
-            traces,
-        );
+        let view = join_cluster(&parts, fence, node, lease, &mut tasks, &shutdown).await;
+        let (router, ingestor) = api_router(&parts, &mut scheduler, view, traces);
         tasks.spawn(crate::ordering_watch::run(ingestor, shutdown.child_token()));
         tasks.spawn(scheduler.run(shutdown.child_token(), grace));
-        tasks.spawn(server::serve(
-            listener,
-            router,
-            server_limits,
-            shutdown.child_token(),
-        ));
-        spawn_background(&mut tasks, &reloader, watch_config, &shutdown);
+        let serving = shutdown.child_token();
+        tasks.spawn(server::serve(listener, router, server_limits, serving));
+        spawn_background(&mut tasks, &parts, watch_config, &shutdown);
         tracing::info!(%addr, "hookgate is listening");
         Ok(Gateway {
             addr,
             shutdown,
             tasks,
-            store,
-            ingest_tasks,
-            reloader,
+            parts,
             trace_export,
         })
     }
@@ -231,36 +176,37 @@ impl Gateway {
     /// True when the scheduler has nothing to do until its clock moves (see
     /// [`SchedulerHandle::is_idle`]).
     pub fn scheduler_idle(&self) -> bool {
-        self.reloader.scheduler.is_idle(self.reloader.clock.now())
+        self.parts.scheduler.is_idle(self.parts.clock.now())
     }
 
     /// The config the gateway runs on now.
     pub fn config(&self) -> Arc<Config> {
-        self.reloader.config.load_full()
+        self.parts.config.load_full()
     }
 
     /// What applies config reloads; `main` hands it SIGHUP, tests call it directly.
     pub fn reloader(&self) -> Reloader {
-        self.reloader.clone()
+        self.parts.reloader()
     }
 
     /// Stops accepting, lets in-flight attempts finish within the grace period, flushes every
     /// write and closes the database.
     pub async fn shutdown(mut self) {
         tracing::info!("shutting down");
+        self.parts.status.lock().expect("status lock").stopping = true;
         self.shutdown.cancel();
         while let Some(result) = self.tasks.join_next().await {
             if let Err(e) = result {
                 tracing::error!(error = %e, "a gateway task failed");
             }
         }
-        self.ingest_tasks.close();
-        self.ingest_tasks.wait().await;
+        self.parts.ingest_tasks.close();
+        self.parts.ingest_tasks.wait().await;
         // Every attempt has ended and been recorded: the other nodes may take over at once.
-        if let Some(cluster) = self.store.clone().cluster() {
+        if let Some(cluster) = self.parts.store.clone().cluster() {
             cluster.leave().await;
         }
-        self.store.close().await;
+        self.parts.store.close().await;
         if let Some((stop, task)) = self.trace_export.take() {
             stop.cancel();
             if let Err(e) = task.await {
@@ -271,21 +217,154 @@ impl Gateway {
     }
 }
 
+/// The shared handles a gateway is wired from. Only the supervisor holds them all: each part
+/// of the gateway is handed the few it uses (see [`Parts::reloader`],
+/// [`Parts::endpoint_admin`]).
+#[derive(Clone)]
+struct Parts {
+    config: Arc<ArcSwap<Config>>,
+    status: Arc<Mutex<RuntimeStatus>>,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn Store>,
+    endpoints: Endpoints,
+    scheduler: SchedulerHandle,
+    sender: Sender,
+    plugins: PluginHost,
+    metrics: Metrics,
+    /// Owns the store jobs that requests and reloads start; shutdown waits for them before
+    /// closing the store.
+    ingest_tasks: TaskTracker,
+}
+
+impl Parts {
+    fn bindings(&self) -> BindingReview {
+        BindingReview {
+            endpoints: self.endpoints.clone(),
+            plugins: self.plugins.clone(),
+            status: self.status.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    fn reloader(&self) -> Reloader {
+        Reloader {
+            config: self.config.clone(),
+            endpoints: self.endpoints.clone(),
+            sender: self.sender.clone(),
+            scheduler: self.scheduler.clone(),
+            store: self.store.clone(),
+            tasks: self.ingest_tasks.clone(),
+            bindings: self.bindings(),
+            log: ReloadLog {
+                status: self.status.clone(),
+                clock: self.clock.clone(),
+                metrics: self.metrics.clone(),
+            },
+        }
+    }
+
+    fn endpoint_admin(&self) -> EndpointAdmin {
+        EndpointAdmin {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            config: self.config.clone(),
+            endpoints: self.endpoints.clone(),
+            scheduler: self.scheduler.clone(),
+            bindings: self.bindings(),
+        }
+    }
+}
+
+/// This node as the cluster lists it: its id, where it listens, since now.
+fn this_node(id: String, addr: SocketAddr) -> NodeInfo {
+    NodeInfo {
+        id,
+        address: addr.to_string(),
+        started_at: Timestamp::from_system_time(std::time::SystemTime::now()),
+    }
+}
+
+/// The trace exporter, and its export task with a stop of its own (see [`Gateway`]).
+fn start_traces(config: &Config, metrics: &Metrics) -> anyhow::Result<(Traces, TraceExport)> {
+    let (traces, export_task) =
+        Traces::start(config.telemetry.as_ref(), &config.delivery.extra_roots, metrics)
+            .context("starting the trace exporter")?;
+    let export = export_task.map(|task| {
+        let stop = CancellationToken::new();
+        (stop.clone(), tokio::spawn(task.run(stop)))
+    });
+    Ok((traces, export))
+}
+
+/// The endpoints created through the API, read into the running index.
+async fn read_endpoints(store: &Arc<dyn Store>, config: &Arc<ArcSwap<Config>>) -> anyhow::Result<Endpoints> {
+    let started = Instant::now();
+    let endpoints = Endpoints::open(store.clone(), config.clone())
+        .await
+        .context("reading the endpoints created through the API")?;
+    tracing::info!(
+        endpoints = endpoints.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "endpoints read"
+    );
+    Ok(endpoints)
+}
+
+/// On a store several nodes share (PostgreSQL), joins the cluster: the task that takes and
+/// renews leases and applies the other nodes' changes. Alone otherwise.
+async fn join_cluster(
+    parts: &Parts,
+    fence: Option<Arc<Fence>>,
+    node: NodeInfo,
+    lease: Duration,
+    tasks: &mut JoinSet<()>,
+    shutdown: &CancellationToken,
+) -> ClusterView {
+    let (Some(cluster_store), Some(fence)) = (parts.store.clone().cluster(), fence) else {
+        return ClusterView::Solo(node);
+    };
+    let nodes = Arc::new(ArcSwap::from_pointee(NodeList::default()));
+    let mut task = ClusterTask::new(
+        cluster_store,
+        node,
+        lease,
+        parts.scheduler.clone(),
+        parts.config.clone(),
+        nodes.clone(),
+        parts.endpoints.clone(),
+        fence,
+        &parts.metrics,
+    );
+    let notices = task.start().await;
+    tasks.spawn(task.run(notices, shutdown.child_token()));
+    ClusterView::Shared { nodes, lease }
+}
+
 /// The embedded SQLite file, or the PostgreSQL database of `storage.url`.
-async fn open_store(
+pub(crate) async fn open_store(
     config: &Config,
     options: Option<SqliteOptions>,
     metrics: &Metrics,
     node_id: &str,
 ) -> anyhow::Result<Arc<dyn Store>> {
-    if let Some(url) = &config.storage.url {
-        let store = open_postgres(url.expose(), config.storage.max_connections, metrics, node_id)
+    let storage = &config.storage;
+    if let Some(url) = &storage.url {
+        let key = storage
+            .encryption_key
+            .clone()
+            .context("storage.url needs storage.encryption_key")?;
+        let sealer = Sealer::new(key, storage.previous_encryption_keys.clone());
+        let store = open_postgres(url.expose(), storage.max_connections, metrics, node_id, &sealer)
             .await
             .context("opening the PostgreSQL database of storage.url")?;
         return Ok(Arc::new(store));
     }
-    let mut options = options.unwrap_or_else(|| SqliteOptions::new(config.storage.path.clone()));
-    options.max_size_bytes = options.max_size_bytes.or(config.storage.max_size_bytes);
+    let mut options = options.unwrap_or_else(|| SqliteOptions::new(storage.path.clone()));
+    options.max_size_bytes = options.max_size_bytes.or(storage.max_size_bytes);
+    options.encryption_key = options.encryption_key.or_else(|| storage.encryption_key.clone());
+    options
+        .previous_encryption_keys
+        .extend(storage.previous_encryption_keys.iter().cloned());
     options.metrics = metrics.clone();
     let store = SqliteStore::open(options)
         .with_context(|| format!("opening the database {}", config.storage.path.display()))?;
@@ -305,11 +384,12 @@ async fn open_postgres(
     pool_size: usize,
     metrics: &Metrics,
     node_id: &str,
+    sealer: &Sealer,
 ) -> Result<PgStore, StoreError> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(250);
     loop {
-        match PgStore::open_with(url, metrics, node_id, pool_size).await {
+        match PgStore::open_with(url, metrics, node_id, pool_size, sealer.clone()).await {
             Err(StoreError::Unavailable(e)) if started.elapsed() + pause < DATABASE_WAIT_AT_START => {
                 tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "the database cannot be reached yet; trying again");
                 tokio::time::sleep(pause).await;
@@ -339,6 +419,7 @@ fn build_sender(config: &Config) -> anyhow::Result<Sender> {
 /// Loads the plugin folder. Compiling can take a while: it stays off the async workers.
 async fn start_plugins(config: &Config, metrics: &Metrics) -> anyhow::Result<PluginHost> {
     let (dir, cache_dir) = (config.plugins.dir.clone(), config.plugins.cache_dir.clone());
+    let bundled = config.plugins.bundled;
     let limits = PluginLimits {
         call_timeout: config.plugins.call_timeout,
         call_wall_timeout: config.plugins.call_wall_timeout,
@@ -348,10 +429,13 @@ async fn start_plugins(config: &Config, metrics: &Metrics) -> anyhow::Result<Plu
         ..PluginLimits::default()
     };
     let metrics = metrics.clone();
-    tokio::task::spawn_blocking(move || PluginHost::new(dir, cache_dir, limits, metrics))
-        .await
-        .context("starting the plugin host")?
-        .context("starting the plugin host")
+    tokio::task::spawn_blocking(move || match bundled {
+        true => PluginHost::new(dir, cache_dir, limits, metrics),
+        false => PluginHost::with_bundled(dir, cache_dir, limits, metrics, Vec::new()),
+    })
+    .await
+    .context("starting the plugin host")?
+    .context("starting the plugin host")
 }
 
 /// The listener a test bound already, else `server.listen`.
@@ -371,28 +455,29 @@ fn bind(
 /// events) and recovery, both writing through one [`Committer`]; and the ingestor, for the
 /// watches that publish operator events of their own.
 fn api_router(
-    reloader: &Reloader,
+    parts: &Parts,
     scheduler_actor: &mut Scheduler,
-    ingest_tasks: &TaskTracker,
     cluster: ClusterView,
-    endpoint_admin: EndpointAdmin,
     traces: Traces,
 ) -> (axum::Router, Ingestor) {
-    let Reloader {
+    let endpoint_admin = parts.endpoint_admin();
+    let Parts {
         config,
-        plugins,
-        scheduler,
-        sender,
         status,
         clock,
         store,
+        endpoints,
+        scheduler,
+        sender,
+        plugins,
         metrics,
-        ..
-    } = reloader.clone();
-    let committer = Committer::new(scheduler.clone(), ingest_tasks.clone());
+        ingest_tasks,
+    } = parts.clone();
+    let committer = Committer::new(scheduler.clone(), ingest_tasks);
     let ingestor = Ingestor {
         clock: clock.clone(),
         config: config.clone(),
+        endpoints: endpoints.clone(),
         store: store.clone(),
         scheduler: scheduler.clone(),
         committer: committer.clone(),
@@ -413,7 +498,7 @@ fn api_router(
     }
     let recovery = Recovery {
         clock: clock.clone(),
-        config: config.clone(),
+        endpoints: endpoints.clone(),
         store: store.clone(),
         scheduler: scheduler.clone(),
         committer,
@@ -427,6 +512,7 @@ fn api_router(
     let event_types = crate::event_types::EventTypes::new(store.clone(), clock.clone());
     let state = AppState::new(ApiDeps {
         config,
+        endpoints,
         store,
         scheduler,
         ingestor: ingestor.clone(),
@@ -447,32 +533,33 @@ fn api_router(
 /// retention, metric upkeep, the binding review and (if asked) the config file watcher.
 fn spawn_background(
     tasks: &mut JoinSet<()>,
-    reloader: &Reloader,
+    parts: &Parts,
     watch_config: bool,
     shutdown: &CancellationToken,
 ) {
-    let plugins = reloader.plugins.clone();
+    let plugins = parts.plugins.clone();
     let token = shutdown.child_token();
     tasks.spawn(async move { plugins.watch(token).await });
     tasks.spawn(retention(
-        reloader.store.clone(),
-        reloader.config.clone(),
-        reloader.clock.clone(),
-        reloader.metrics.purged_rows(),
+        parts.store.clone(),
+        parts.config.clone(),
+        parts.clock.clone(),
+        parts.metrics.purged_rows(),
         shutdown.child_token(),
     ));
-    tasks.spawn(reloader.metrics.clone().upkeep(shutdown.child_token()));
-    reloader.review_bindings(Announce::All);
-    tasks.spawn(review_bindings_on_plugin_changes(
-        reloader.clone(),
-        shutdown.child_token(),
-    ));
-    if watch_config && let Some(path) = reloader.config.load().source.clone() {
+    tasks.spawn(parts.metrics.clone().upkeep(shutdown.child_token()));
+    let bindings = parts.bindings();
+    bindings.review(Announce::All);
+    tasks.spawn(bindings.on_plugin_changes(shutdown.child_token()));
+    if watch_config && let Some(path) = parts.config.load().source.clone() {
         match config::watch::ConfigWatcher::start(path) {
             Ok(watcher) => {
-                let reloader = reloader.clone();
+                let reloader = parts.reloader();
                 tasks.spawn(watcher.run(shutdown.child_token(), move || {
-                    reloader.reload_from_file();
+                    let reloader = reloader.clone();
+                    async move {
+                        reloader.reload_from_file().await;
+                    }
                 }));
             }
             Err(e) => tracing::warn!(error = %e, "cannot watch the config file; reload with SIGHUP"),

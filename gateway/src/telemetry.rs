@@ -200,6 +200,11 @@ impl Metrics {
         self.gauge("hookgate_queue_depth", Vec::new())
     }
 
+    /// `hookgate_endpoints{state}`: how many endpoints are in each health state.
+    pub fn endpoints_in_state(&self, state: &'static str) -> Gauge {
+        self.gauge("hookgate_endpoints", vec![label("state", state)])
+    }
+
     /// `hookgate_endpoint_state{endpoint, state}`: 1 for the endpoint's health state, else 0.
     pub fn endpoint_state(&self, endpoint: &str, state: &'static str) -> Gauge {
         let labels = vec![label("endpoint", endpoint), label("state", state)];

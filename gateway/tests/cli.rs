@@ -164,7 +164,12 @@ fn config_check_passes_the_quick_start_config() {
     let out = hookgate(&["config", "check", quick_start]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains(": ok ("), "{stdout}");
+    assert!(
+        stdout.ends_with(
+            ": ok (2 topics, the operator topic `ops` and the built-in `svix`; 1 endpoint; 2 policies and the 4 presets)\n"
+        ),
+        "{stdout}"
+    );
 }
 
 /// The quick-start config's comment runs each command as the README's quick start does (it
@@ -262,8 +267,12 @@ fn config_check_accepts_an_sns_policy_in_yaml_and_pasted_as_json() {
     let file = write(dir.path(), "ok.yaml", SEED_POLICIES);
     let out = hookgate(&["config", "check", &file.display().to_string()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // The four presets and the two policies of the file.
-    assert!(text(&out.stdout).contains("6 policies"), "{}", text(&out.stdout));
+    // The two policies of the file, the four presets counted apart.
+    assert!(
+        text(&out.stdout).contains("; 2 policies and the 4 presets)"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 /// The rows of a preview table: (attempt, wait, since event, phase).
@@ -488,8 +497,7 @@ fn every_config_in_the_plugin_guide_passes_config_check_as_it_is() {
             text(&out.stderr)
         );
         assert!(
-            // The guide's topic and the built-in `svix` one (the Svix API's).
-            text(&out.stdout).contains("ok (2 topics, 1 endpoints"),
+            text(&out.stdout).contains("ok (1 topic and the built-in `svix`; 1 endpoint;"),
             "{}",
             text(&out.stdout)
         );
@@ -537,6 +545,35 @@ fn keygen_prints_an_ed25519_pair_that_belongs_together() {
     let derived = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
     assert_eq!(public, format!("whpk_{}", STANDARD.encode(derived.as_bytes())));
     assert_ne!(pair().0, secret);
+}
+
+/// A PostgreSQL store is not copied by `hookgate backup`: it says how (pg_dump, and the key the
+/// dump needs), exits 1, and never prints the URL (it may hold a password).
+#[test]
+fn backup_of_a_postgresql_store_explains_pg_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "hookgate.yaml",
+        "storage:\n  url: postgres://hookgate:s3cret@db.internal/hookgate\n  \
+         encryption_key: dGVzdCBrZXkgdGVzdCBrZXkgdGVzdCBrZXkgdGVzdCA=\ntopics:\n  t: {}\n",
+    );
+    let to = dir.path().join("copy.db");
+    let out = hookgate(&[
+        "backup",
+        "--config",
+        config.to_str().unwrap(),
+        "--to",
+        to.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("pg_dump") && stderr.contains("storage.encryption_key"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret") && !text(&out.stdout).contains("s3cret"));
+    assert!(!to.exists());
 }
 
 /// `--version` names the version and the commit the binary was built from (README "Install").

@@ -18,9 +18,12 @@ const SQLITE_ONLY: &[&str] = &[
     "ops_cli",
     "backpressure",
     "disk_faults",
+    "backup",
+    "readiness::a_full_disk",
     "real_binary",
     "real_attempts",
     "embedded_default",
+    "serve_listen::",
     // The console over the API: the same pages whatever the store; one browser run is enough.
     "console::",
 ];
@@ -143,7 +146,16 @@ fn migrate_copies_a_sqlite_store_into_postgresql_with_every_id_kept() {
             "the URL is never printed"
         );
 
-        let pg = PgStore::open(&url, &Metrics::new(), "test-reader").await.unwrap();
+        assert!(
+            stdout.contains("storage.encryption_key"),
+            "says which key the PostgreSQL gateway needs: {stdout}"
+        );
+        // The secrets come over sealed, under the SQLite store's key, which opens them there.
+        let key = std::fs::read_to_string(dir.path().join("hookgate.key")).unwrap();
+        let sealer = Sealer::new(EncryptionKey::from_base64(&key).unwrap(), Vec::new());
+        let pg = PgStore::open(&url, &Metrics::new(), "test-reader", sealer)
+            .await
+            .unwrap();
         assert_same_reads(&sqlite, &pg).await;
         let newest = sqlite.deliveries(all()).await.unwrap()[0].id;
         let Committed(fresh) = pg.ingest(batch(9999, None)).await.unwrap() else {
@@ -184,8 +196,8 @@ use hookgate::health::{HealthInput, HealthRules};
 use hookgate::model::{Attempt, DeliveryStatus, Event, EventTrace, Exchange, SpanId, Timestamp, TraceId};
 use hookgate::store::IngestOutcome::Committed;
 use hookgate::store::{
-    AttemptWrite, DeliveryFilter, HealthChange, IdempotencyRecord, IngestBatch, IngestItem, PgStore,
-    SqliteOptions, SqliteStore, StateChange, Store, Target,
+    AttemptWrite, DeliveryFilter, EncryptionKey, HealthChange, IdempotencyRecord, IngestBatch, IngestItem,
+    PgStore, Sealer, SqliteOptions, SqliteStore, StateChange, Store, Target,
 };
 use hookgate::telemetry::Metrics;
 

@@ -17,7 +17,7 @@ use hookgate_sink::{Sink, SinkOptions};
 
 use crate::child::{GatewayProcess, cpu_by_process, cpu_since, micros_each};
 use crate::report::Target;
-use crate::scenarios::{Bench, SECRET, Site, ensure_no_errors, target, wait_until};
+use crate::scenarios::{BENCH_STORAGE_KEY, Bench, SECRET, Site, ensure_no_errors, target, wait_until};
 
 const ENDPOINTS: usize = 10;
 const BATCH: u64 = 100;
@@ -136,6 +136,8 @@ pub(crate) enum PgSingle {
     Ingest,
     /// Single events at 64 clients until the sink has every delivery.
     EndToEnd,
+    /// The `svix` scenario: Svix's message create beside hookgate's own ingest.
+    Svix,
 }
 
 impl Bench {
@@ -146,6 +148,7 @@ impl Bench {
         let result = match step {
             PgSingle::Ingest => self.ingest_subscribed().await,
             PgSingle::EndToEnd => self.end_to_end_single(self.scale.e2e_events).await,
+            PgSingle::Svix => self.svix_path().await,
         };
         self.postgres = None;
         schema.drop().await?;
@@ -244,7 +247,12 @@ impl Bench {
         }
         let sites = urls
             .iter()
-            .map(|url| Site::without_sqlite(&self.work_root, &format!("storage:\n  url: \"{url}\"\n{body}")))
+            .map(|url| {
+                Site::without_sqlite(
+                    &self.work_root,
+                    &format!("storage:\n  url: \"{url}\"\n  encryption_key: {BENCH_STORAGE_KEY}\n{body}"),
+                )
+            })
             .collect::<anyhow::Result<Vec<Site>>>()?;
         let mut gateways: Vec<GatewayProcess> = Vec::new();
         for n in 0..nodes {

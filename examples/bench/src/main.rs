@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p hookgate-bench -- [--runs 3] [--quick] [--json FILE] [--charts DIR]
-//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,ordering,plugins,js,postgres,brokers]
+//!                                           [--only ingest,filters,e2e,latency,lateness,backlog,customers,ordering,plugins,svix,js,postgres,brokers]
 //!                                           [--postgres postgres://…]
 //!                                           [--nats URL --amqp URL --redis URL --mqtt URL]
 //! cargo run --release -p hookgate-bench -- --only faults [--freeze-runs 20] [--random-minutes 10]
@@ -16,6 +16,7 @@
 mod brokers;
 mod child;
 mod cluster;
+mod customers;
 mod faults;
 mod floor;
 mod ordering;
@@ -23,6 +24,7 @@ mod prom;
 mod report;
 mod scenarios;
 mod svg;
+mod svix;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,8 +56,8 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these scenarios (comma-separated): ingest, filters, e2e, latency, lateness,
-    /// backlog, ordering, plugins, js, postgres, brokers, and faults (the cluster's fault runs,
-    /// only when named).
+    /// backlog, customers, ordering, plugins, svix, js, postgres, brokers, and faults (the
+    /// cluster's fault runs, only when named).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also write the results as JSON here.
@@ -119,8 +121,20 @@ enum Hidden {
 }
 
 const SCENARIOS: &[&str] = &[
-    "ingest", "filters", "e2e", "latency", "lateness", "backlog", "ordering", "plugins", "js", "postgres",
-    "brokers", "faults",
+    "ingest",
+    "filters",
+    "e2e",
+    "latency",
+    "lateness",
+    "backlog",
+    "customers",
+    "ordering",
+    "plugins",
+    "svix",
+    "js",
+    "postgres",
+    "brokers",
+    "faults",
 ];
 
 fn main() -> ExitCode {
@@ -255,12 +269,15 @@ async fn run(args: Args) -> ExitCode {
             ("latency", "latency at a fixed rate"),
             ("lateness", "scheduler lateness"),
             ("backlog", "backlog memory and restart"),
+            ("customers", "endpoints at customer scale"),
             ("ordering", "ordering keys at 1M waiting"),
             ("ordering", "PostgreSQL, ordering keys at 1M waiting"),
             ("plugins", "plugin overhead"),
+            ("svix", "the Svix API beside hookgate's own"),
             ("js", "JavaScript transform beside cloudevents"),
             ("postgres", "PostgreSQL, ingest single c=64, 1 subscriber"),
             ("postgres", "PostgreSQL, end to end, single events"),
+            ("postgres", "PostgreSQL, the Svix API beside hookgate's own"),
             ("postgres", "PostgreSQL, 1 node"),
             ("postgres", "PostgreSQL, 3 nodes"),
             ("postgres", "PostgreSQL, 3 nodes apart"),
@@ -298,11 +315,13 @@ async fn run(args: Args) -> ExitCode {
                 "latency at a fixed rate" => bench.latency_at_rate().await,
                 "scheduler lateness" => bench.lateness().await,
                 "backlog memory and restart" => bench.backlog().await,
+                "endpoints at customer scale" => bench.customers(args.postgres.as_deref()).await,
                 "ordering keys at 1M waiting" => bench.ordering_keys(None).await,
                 "PostgreSQL, ordering keys at 1M waiting" => {
                     bench.ordering_keys(args.postgres.as_deref()).await
                 }
                 "plugin overhead" => bench.plugins().await,
+                "the Svix API beside hookgate's own" => bench.svix_path().await,
                 "JavaScript transform beside cloudevents" => bench.js_transform().await,
                 "end to end to each destination" => match &brokers {
                     Some(brokers) => bench.destinations(brokers).await,
@@ -316,6 +335,9 @@ async fn run(args: Args) -> ExitCode {
                     }
                     Some(url) if pg.starts_with("PostgreSQL, end to end, single") => {
                         bench.postgres_single(url, PgSingle::EndToEnd).await
+                    }
+                    Some(url) if pg.starts_with("PostgreSQL, the Svix API") => {
+                        bench.postgres_single(url, PgSingle::Svix).await
                     }
                     Some(url) => {
                         let layout = match pg {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use hookgate_sink::{Sink, SinkOptions};
 
 use crate::report::median;
-use crate::scenarios::{Bench, Site, wait_until};
+use crate::scenarios::{BENCH_STORAGE_KEY, Bench, Site, wait_until};
 
 /// Events per request while filling.
 const BATCH: u64 = 1000;
@@ -51,9 +51,10 @@ impl Bench {
             sink.url("/hook")
         );
         let site = match &self.postgres {
-            Some(url) => {
-                Site::without_sqlite(&self.work_root, &format!("storage:\n  url: \"{url}\"\n{yaml}"))?
-            }
+            Some(url) => Site::without_sqlite(
+                &self.work_root,
+                &format!("storage:\n  url: \"{url}\"\n  encryption_key: {BENCH_STORAGE_KEY}\n{yaml}"),
+            )?,
             None => Site::new(&self.work_root, &yaml)?,
         };
         let gw = self.start(&site, "ordering-keys").await?;

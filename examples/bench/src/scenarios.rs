@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use hookgate_loadgen::{Client, Report, Shape, Stop, Target as LoadTarget, closed_loop, open_loop, unix_us};
+use hookgate_loadgen::{
+    Api, Client, Report, Shape, Stop, Target as LoadTarget, closed_loop, open_loop, unix_us,
+};
 use hookgate_sink::{Sink, SinkOptions};
 use serde_json::Value;
 
@@ -17,6 +19,8 @@ use crate::report::{Results, Target};
 
 /// The Standard Webhooks test secret; the sink verifies every end-to-end delivery with it.
 pub(crate) const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The storage key of the PostgreSQL runs (`storage.url` needs one).
+pub(crate) const BENCH_STORAGE_KEY: &str = "YmVuY2ggc3RvcmFnZSBrZXksIG9ubHkgZm9yIGJlbmM=";
 const READY_WITHIN: Duration = Duration::from_secs(120);
 const MIB: f64 = 1024.0 * 1024.0;
 /// Measured rounds of each endpoint in the plugin scenario.
@@ -34,6 +38,8 @@ pub(crate) struct Scale {
     pub(crate) probe_for: Duration,
     pub(crate) backlog: u64,
     pub(crate) plugin_events: u64,
+    /// Endpoints of the `customers` scenario.
+    pub(crate) customers: usize,
 }
 
 impl Scale {
@@ -48,6 +54,7 @@ impl Scale {
             probe_for: Duration::from_secs(10),
             backlog: 1_000_000,
             plugin_events: 20_000,
+            customers: 1_000_000,
         }
     }
 
@@ -63,6 +70,7 @@ impl Scale {
             probe_for: Duration::from_secs(2),
             backlog: 100_000,
             plugin_events: 2_000,
+            customers: 100_000,
         }
     }
 }
@@ -108,7 +116,7 @@ impl Site {
             .tempdir_in(root)?;
         let d = dir.path().display().to_string();
         let yaml = format!(
-            "{}plugins:\n  dir: {d}/plugins\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{body}",
+            "{}plugins:\n  dir: {d}/plugins\n  bundled: false\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{body}",
             head(&d)
         );
         let config = dir.path().join("hookgate.yaml");
@@ -168,6 +176,7 @@ pub(crate) fn target(gw: &GatewayProcess, topic: &str, payload_bytes: usize) -> 
     LoadTarget {
         base_url: gw.base_url(),
         topic: topic.into(),
+        api: Api::Native,
         api_key: None,
         event_type: "order.paid".into(),
         payload_bytes,
@@ -247,6 +256,7 @@ impl Bench {
         let t = LoadTarget {
             base_url: server.base_url(),
             topic: "floor".into(),
+            api: Api::Native,
             api_key: None,
             event_type: "order.paid".into(),
             payload_bytes: 1024,
@@ -268,7 +278,7 @@ impl Bench {
 
     /// A closed loop for `scale.ingest_for` after a short warm-up (connections, statement
     /// caches, the WAL file); every request must have been answered 202.
-    async fn timed(
+    pub(crate) async fn timed(
         &self,
         t: &LoadTarget,
         shape: Shape,
@@ -335,13 +345,19 @@ impl Bench {
                 sink.url(&format!("/hook/{i}"))
             ));
         }
-        let site = match &self.postgres {
-            Some(url) => {
-                Site::without_sqlite(&self.work_root, &format!("storage:\n  url: \"{url}\"\n{yaml}"))?
-            }
-            None => Site::new(&self.work_root, &yaml)?,
-        };
-        Ok((sink, site))
+        Ok((sink, self.site_on_store(&yaml)?))
+    }
+
+    /// A site with `body`, on the store in use: SQLite, or the PostgreSQL schema of the
+    /// `postgres` scenario's step.
+    pub(crate) fn site_on_store(&self, body: &str) -> anyhow::Result<Site> {
+        match &self.postgres {
+            Some(url) => Site::without_sqlite(
+                &self.work_root,
+                &format!("storage:\n  url: \"{url}\"\n  encryption_key: {BENCH_STORAGE_KEY}\n{body}"),
+            ),
+            None => Site::new(&self.work_root, body),
+        }
     }
 
     /// A figure's key and label as they are on the store in use: prefixed on PostgreSQL.

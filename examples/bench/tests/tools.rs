@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hookgate::clock::SystemClock;
 use hookgate::{Gateway, GatewayOptions};
-use hookgate_loadgen::{Client, Shape, Stop, Target, closed_loop, open_loop, wait_for_sink};
+use hookgate_loadgen::{Api, Client, Shape, Stop, Target, closed_loop, open_loop, wait_for_sink};
 use hookgate_sink::{Sink, SinkOptions};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -22,7 +22,7 @@ async fn loadgen_and_sink_measure_a_real_gateway() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
     let yaml = format!(
-        "storage:\n  path: {d}/hookgate.db\nplugins:\n  dir: {d}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n\
+        "storage:\n  path: {d}/hookgate.db\nplugins:\n  dir: {d}/plugins\n  bundled: false\ndelivery:\n  allow_networks: [127.0.0.0/8]\n\
          topics:\n  orders: {{}}\nendpoints:\n  a: {{url: '{}', topics: [orders], secret: {SECRET}}}\n  \
          b: {{url: '{}', topics: [orders], secret: {SECRET}}}\n",
         sink.url("/a"),
@@ -37,6 +37,7 @@ async fn loadgen_and_sink_measure_a_real_gateway() {
     let target = Target {
         base_url: format!("http://{}", gateway.addr()),
         topic: "orders".into(),
+        api: Api::Native,
         api_key: None,
         event_type: "order.paid".into(),
         payload_bytes: 300,

@@ -8,8 +8,9 @@
 //!   sees at that rate.
 //!
 //! Either sends single events (`POST /v1/topics/{topic}/events`) or batches
-//! (`.../events/batch`). Latency is measured per request, from the moment it is handed to the
-//! connection until the whole answer is read, into an HDR histogram in microseconds.
+//! (`.../events/batch`), or single Svix messages (`POST /api/v1/app/{app}/msg`). Latency is
+//! measured per request, from the moment it is handed to the connection until the whole answer
+//! is read, into an HDR histogram in microseconds.
 //! [`wait_for_sink`] then follows a `hookgate-sink`'s `/stats` until every delivery arrived,
 //! for end-to-end rates.
 
@@ -34,6 +35,8 @@ use tokio::task::JoinSet;
 pub enum LoadError {
     #[error("invalid URL `{0}`")]
     BadUrl(String),
+    #[error("the Svix API takes one message per request: no batches")]
+    SvixBatch,
     #[error("the sink's stats at {url} could not be read: {reason}")]
     SinkStats { url: String, reason: String },
     #[error("the sink saw {seen} of {expected} deliveries within {waited:?}")]
@@ -44,12 +47,31 @@ pub enum LoadError {
     },
 }
 
+/// Why a [`Client`] request got no 2xx answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid URL `{0}`")]
+    BadUrl(String),
+    #[error("{0}")]
+    Method(#[from] http::method::InvalidMethod),
+    #[error("{0}")]
+    Request(#[from] http::Error),
+    #[error("{0}")]
+    Send(#[from] hyper_util::client::legacy::Error),
+    #[error("{0}")]
+    Body(#[from] hyper::Error),
+    #[error("{url} answered {status}")]
+    Status { url: String, status: http::StatusCode },
+}
+
 /// What to send and where.
 #[derive(Debug, Clone)]
 pub struct Target {
     /// `http://host:port` of the gateway.
     pub base_url: String,
     pub topic: String,
+    /// Which of the gateway's APIs the events go through.
+    pub api: Api,
     pub api_key: Option<String>,
     pub event_type: String,
     /// Approximate size of each event's JSON payload.
@@ -57,6 +79,19 @@ pub struct Target {
     /// Keep the id of every accepted event ([`Report::accepted_ids`]), e.g. to check later
     /// that each one reached the receiver.
     pub record_ids: bool,
+}
+
+/// The API a run sends its events through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Api {
+    /// hookgate's own: `POST /v1/topics/{topic}/events`, with `tenant` in the event when set.
+    #[default]
+    Native,
+    /// hookgate's own, each event of this tenant.
+    NativeTenant(String),
+    /// Svix's message create, `POST /api/v1/app/{app}/msg`: the event's type as `eventType`,
+    /// the same payload. Its `202` names no deliveries (the report counts none).
+    Svix { app: String },
 }
 
 /// One event per request, or `n` per batch request.
@@ -100,37 +135,56 @@ impl Client {
     }
 
     /// GETs `url` and returns the body when the answer is a 2xx.
-    pub async fn get(&self, url: &str) -> Result<Bytes, String> {
-        let uri: http::Uri = url.parse().map_err(|_| format!("invalid URL `{url}`"))?;
-        let request = Request::get(uri)
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
+    pub async fn get(&self, url: &str) -> Result<Bytes, ClientError> {
+        let uri: http::Uri = url.parse().map_err(|_| ClientError::BadUrl(url.to_owned()))?;
+        let request = Request::get(uri).body(Full::new(Bytes::new()))?;
         self.send(url, request).await
     }
 
     /// POSTs the JSON `body` to `url` and returns the answer's body when it is a 2xx.
-    pub async fn post_json(&self, url: &str, body: Bytes) -> Result<Bytes, String> {
-        let uri: http::Uri = url.parse().map_err(|_| format!("invalid URL `{url}`"))?;
-        let request = Request::post(uri)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body))
-            .map_err(|e| e.to_string())?;
+    pub async fn post_json(&self, url: &str, body: Bytes) -> Result<Bytes, ClientError> {
+        self.post_json_as(None, url, body).await
+    }
+
+    /// [`Client::post_json`], with `Authorization: Bearer <key>` when a key is given.
+    pub async fn post_json_as(
+        &self,
+        key: Option<&str>,
+        url: &str,
+        body: Bytes,
+    ) -> Result<Bytes, ClientError> {
+        let uri: http::Uri = url.parse().map_err(|_| ClientError::BadUrl(url.to_owned()))?;
+        let mut request = Request::post(uri).header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(key) = key {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        self.send(url, request.body(Full::new(body))?).await
+    }
+
+    /// Sends `body` to `url` with `method` (`PATCH`, `DELETE`, …; a JSON body unless empty)
+    /// and returns the answer's body when it is a 2xx.
+    pub async fn request(&self, method: &str, url: &str, body: Bytes) -> Result<Bytes, ClientError> {
+        let uri: http::Uri = url.parse().map_err(|_| ClientError::BadUrl(url.to_owned()))?;
+        let method = http::Method::from_bytes(method.as_bytes())?;
+        let mut request = Request::builder().method(method).uri(uri);
+        if !body.is_empty() {
+            request = request.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let request = request.body(Full::new(body))?;
         self.send(url, request).await
     }
 
-    async fn send(&self, url: &str, request: Request<Full<Bytes>>) -> Result<Bytes, String> {
-        let response = self.inner.request(request).await.map_err(|e| e.to_string())?;
+    async fn send(&self, url: &str, request: Request<Full<Bytes>>) -> Result<Bytes, ClientError> {
+        let response = self.inner.request(request).await?;
         let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+        let body = response.into_body().collect().await?.to_bytes();
         if status.is_success() {
             Ok(body)
         } else {
-            Err(format!("{url} answered {status}"))
+            Err(ClientError::Status {
+                url: url.to_owned(),
+                status,
+            })
         }
     }
 }
@@ -145,20 +199,24 @@ struct Prepared {
     record_ids: bool,
 }
 
+/// One event's JSON, `payload_bytes` long in all: hookgate's event shape, or Svix's message.
 fn event_json(target: &Target) -> String {
-    let fixed =
-        r#"{"type":"","payload":{"order":12345,"status":"paid","data":""}}"#.len() + target.event_type.len();
+    let head = match &target.api {
+        Api::Native => format!(r#""type":"{}""#, target.event_type),
+        Api::NativeTenant(tenant) => format!(r#""type":"{}","tenant":"{tenant}""#, target.event_type),
+        Api::Svix { .. } => format!(r#""eventType":"{}""#, target.event_type),
+    };
+    let fixed = r#"{,"payload":{"order":12345,"status":"paid","data":""}}"#.len() + head.len();
     let pad = "x".repeat(target.payload_bytes.saturating_sub(fixed));
-    format!(
-        r#"{{"type":"{}","payload":{{"order":12345,"status":"paid","data":"{pad}"}}}}"#,
-        target.event_type
-    )
+    format!(r#"{{{head},"payload":{{"order":12345,"status":"paid","data":"{pad}"}}}}"#)
 }
 
 fn prepare(target: &Target, shape: Shape) -> Result<Prepared, LoadError> {
-    let (path, body) = match shape {
-        Shape::Single => (format!("/v1/topics/{}/events", target.topic), event_json(target)),
-        Shape::Batch(n) => {
+    let (path, body) = match (shape, &target.api) {
+        (Shape::Single, Api::Svix { app }) => (format!("/api/v1/app/{app}/msg"), event_json(target)),
+        (Shape::Batch(_), Api::Svix { .. }) => return Err(LoadError::SvixBatch),
+        (Shape::Single, _) => (format!("/v1/topics/{}/events", target.topic), event_json(target)),
+        (Shape::Batch(n), _) => {
             let one = event_json(target);
             let events = vec![one; n.max(1)].join(",");
             (
@@ -481,13 +539,10 @@ pub fn unix_us() -> u64 {
 
 /// Reads a sink's `/stats`.
 pub async fn sink_stats(client: &Client, stats_url: &str) -> Result<Stats, LoadError> {
-    let body = client
-        .get(stats_url)
-        .await
-        .map_err(|reason| LoadError::SinkStats {
-            url: stats_url.to_owned(),
-            reason,
-        })?;
+    let body = client.get(stats_url).await.map_err(|e| LoadError::SinkStats {
+        url: stats_url.to_owned(),
+        reason: e.to_string(),
+    })?;
     serde_json::from_slice(&body).map_err(|e| LoadError::SinkStats {
         url: stats_url.to_owned(),
         reason: e.to_string(),
@@ -527,6 +582,7 @@ mod tests {
         Target {
             base_url: "http://127.0.0.1:1/".into(),
             topic: "orders".into(),
+            api: Api::Native,
             api_key: Some("k".into()),
             event_type: "order.paid".into(),
             payload_bytes: bytes,
@@ -547,6 +603,31 @@ mod tests {
             }
             assert!(payload.contains("paid"));
         }
+    }
+
+    #[test]
+    fn a_svix_message_goes_to_its_application_with_its_event_type_and_the_asked_size() {
+        let t = Target {
+            api: Api::Svix { app: "acme".into() },
+            ..target(1024)
+        };
+        let p = prepare(&t, Shape::Single).unwrap();
+        assert_eq!(p.uri.path(), "/api/v1/app/acme/msg");
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(v["eventType"], "order.paid");
+        assert!(v.get("type").is_none());
+        assert!((p.body.len() as i64 - 1024).abs() <= 2, "{}", p.body.len());
+        assert!(matches!(prepare(&t, Shape::Batch(2)), Err(LoadError::SvixBatch)));
+        let native = Target {
+            api: Api::NativeTenant("acme".into()),
+            ..target(1024)
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(&prepare(&native, Shape::Single).unwrap().body).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["tenant"].as_str()),
+            (Some("order.paid"), Some("acme"))
+        );
     }
 
     #[test]

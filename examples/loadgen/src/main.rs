@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use hookgate_loadgen::{
-    Client, Shape, Stop, Target, closed_loop, open_loop, sink_stats, unix_us, wait_for_sink,
+    Api, Client, Shape, Stop, Target, closed_loop, open_loop, sink_stats, unix_us, wait_for_sink,
 };
 
 #[derive(Debug, Parser)]
@@ -26,8 +26,13 @@ struct Args {
     /// The gateway's base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     gateway: String,
-    #[arg(long)]
-    topic: String,
+    /// The topic of hookgate's own API the events go to.
+    #[arg(long, required_unless_present = "svix_app")]
+    topic: Option<String>,
+    /// Send Svix messages to this application (`POST /api/v1/app/{app}/msg`) instead. Svix's
+    /// answer names no deliveries: `--sink-stats` then waits for one delivery per message.
+    #[arg(long, conflicts_with_all = ["topic", "batch"])]
+    svix_app: Option<String>,
     #[arg(long, env = "HOOKGATE_API_KEY")]
     api_key: Option<String>,
     #[arg(long, default_value = "bench.event")]
@@ -77,7 +82,8 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> ExitCode {
     let target = Target {
         base_url: args.gateway.clone(),
-        topic: args.topic.clone(),
+        topic: args.topic.clone().unwrap_or_default(),
+        api: args.svix_app.clone().map_or(Api::Native, |app| Api::Svix { app }),
         api_key: args.api_key.clone(),
         event_type: args.event_type.clone(),
         payload_bytes: args.payload_bytes,
@@ -122,16 +128,20 @@ async fn run(args: Args) -> ExitCode {
         }
     }
     if let (Some(url), Some(before)) = (&args.sink_stats, sink_before) {
-        let expected = before.answered_ok + report.deliveries;
+        let deliveries = match target.api {
+            Api::Svix { .. } => report.events_accepted,
+            _ => report.deliveries,
+        };
+        let expected = before.answered_ok + deliveries;
         match wait_for_sink(&client, url, expected, args.sink_timeout).await {
             Ok(after) => {
                 let end_us = after.last_request_unix_us.unwrap_or_else(unix_us);
                 let secs = end_us.saturating_sub(started_us) as f64 / 1e6;
                 println!(
                     "end to end: {} deliveries in {:.2} s: {:.0} deliveries/s (signatures bad: {})",
-                    report.deliveries,
+                    deliveries,
                     secs,
-                    report.deliveries as f64 / secs.max(1e-9),
+                    deliveries as f64 / secs.max(1e-9),
                     after.signatures_invalid - before.signatures_invalid
                 );
             }

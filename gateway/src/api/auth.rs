@@ -2,7 +2,8 @@
 //!
 //! With `server.api_keys` empty (allowed only on a loopback listener) every caller is
 //! `anonymous`. Otherwise a request without `Authorization` gets 401 and one with a wrong key 403.
-//! `/healthz`, `/metrics` and `/openapi.json` stay open so probes and scrapers need no key.
+//! `/healthz`, `/readyz`, `/metrics` and `/openapi.json` stay open so probes and scrapers need no
+//! key.
 //! A caller's scope — what idempotency keys and rate limits are counted per — is a short hash of
 //! its key, never the key.
 //!
@@ -31,6 +32,10 @@ use super::{ApiError, AppState};
 pub(crate) struct Caller {
     pub(crate) scope: String,
     pub(crate) tenant: Option<String>,
+    /// Whether a console token (an app portal's) rather than an API key is calling.
+    pub(crate) console_token: bool,
+    /// A console token's feature flags (Svix's app portal `featureFlags`).
+    pub(crate) feature_flags: Vec<String>,
 }
 
 impl Caller {
@@ -53,9 +58,23 @@ impl Caller {
     pub(crate) fn tenant_filter(&self, asked: Option<String>) -> Option<String> {
         self.tenant.clone().or(asked)
     }
+
+    /// Whether this caller may see an event type flagged `flags`: as Svix's app portal tokens
+    /// do, a console token sees a flagged type only if it holds one of its flags; a type
+    /// without flags, and every type for an API key, is seen.
+    pub(crate) fn sees_flagged(&self, flags: &[String]) -> bool {
+        !self.console_token || flags.is_empty() || flags.iter().any(|f| self.feature_flags.contains(f))
+    }
 }
 
-const OPEN_PATHS: &[&str] = &["/healthz", "/metrics", "/openapi.json", "/api/v1/health"];
+const OPEN_PATHS: &[&str] = &[
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.json",
+    "/api/v1/health",
+    "/api/v1/health/ping",
+];
 
 /// Open paths beside [`OPEN_PATHS`]: the console's static files, which hold no data (the
 /// console calls the API with the user's key or token like any client).
@@ -120,6 +139,8 @@ pub(super) async fn authenticate(
         request.extensions_mut().insert(Caller {
             scope: "anonymous".into(),
             tenant: None,
+            console_token: false,
+            feature_flags: Vec::new(),
         });
         return next.run(request).await;
     }
@@ -139,7 +160,13 @@ pub(super) async fn authenticate(
     };
     let caller = match identify(&state, &config.server, presented) {
         Ok(caller) => caller,
-        Err(error) => return refusal(path, error),
+        Err(mut error) => {
+            // Svix answers an unknown or invalid token 401, and its SDKs raise by that status.
+            if super::svix::is_svix_path(path) && error.status == StatusCode::FORBIDDEN {
+                error.status = StatusCode::UNAUTHORIZED;
+            }
+            return refusal(path, error);
+        }
     };
     if caller.tenant.is_some() && !tenant_may_call(request.method(), path) {
         return refusal(
@@ -169,6 +196,8 @@ fn identify(
             Ok(claims) => Ok(Caller {
                 scope,
                 tenant: Some(claims.tenant),
+                console_token: true,
+                feature_flags: claims.feature_flags,
             }),
             Err(TokenError::Expired) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -195,6 +224,8 @@ fn identify(
         Some(key) => Ok(Caller {
             scope,
             tenant: key.tenant.clone(),
+            console_token: false,
+            feature_flags: Vec::new(),
         }),
         None => Err(ApiError::new(
             StatusCode::FORBIDDEN,

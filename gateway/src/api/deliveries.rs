@@ -1,6 +1,6 @@
 //! The delivery log: list, one delivery with its attempts, redeliver.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
@@ -9,6 +9,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
+use super::extract::{Path, Query};
 use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView, Summary};
 use super::{ApiError, AppState};
 use crate::model::{DeliveryId, DeliveryStatus};
@@ -117,6 +118,7 @@ async fn list_deliveries(
                 .map(|t| super::parse_time("until", t))
                 .transpose()?,
             before,
+            after: None,
             limit,
         })
         .await?;
@@ -162,10 +164,9 @@ async fn summary(
     Query(q): Query<SummaryQuery>,
 ) -> Result<Json<Summary>, ApiError> {
     if caller.tenant.is_some() {
-        let config = state.config.load();
-        let theirs = config
+        let theirs = state
             .endpoints
-            .get(q.endpoint.as_str())
+            .routing(&q.endpoint)
             .is_some_and(|ep| caller.sees(ep.tenant.as_deref()));
         if !theirs {
             return Err(ApiError::not_found(

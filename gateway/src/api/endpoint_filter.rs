@@ -2,7 +2,7 @@
 //! (README "Content filters"): on a sample event, and on the endpoint's newest events.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +17,7 @@ use axum::Extension;
 use super::auth::Caller;
 use super::endpoints::visible;
 use super::error::FieldProblem;
+use super::extract::{BodyBytes, Path};
 use super::views::{FilterTestOutcome, RecentOutcome};
 use super::{ApiError, AppState};
 use crate::config::EndpointConfig;
@@ -75,9 +76,9 @@ async fn test_filter(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    body: Bytes,
+    body: BodyBytes,
 ) -> Result<Json<FilterTestOutcome>, ApiError> {
-    let ep = visible(&state, &caller, &name)?;
+    let ep = visible(&state, &caller, &name).await?;
     let input: FilterTestIn = super::optional_json(&body, "a filter test")?;
     let filter: Option<Arc<Filter>> = match &input.filter {
         Some(document) => candidate(document)?.map(Arc::new),

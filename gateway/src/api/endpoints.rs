@@ -2,7 +2,7 @@
 //! redrive); README "Endpoint health" and "Recovering missed events".
 
 use axum::Json;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -11,14 +11,15 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::extract::Query;
 use utoipa::IntoParams;
 
 use super::auth::Caller;
 use super::events::read_body;
+use super::extract::{BodyBytes, Path, Query};
 use super::idempotency::{self, Begin};
 use super::views::{
     EndpointList, EndpointView, Redriven, Reenabled, ReplayOutcome, SavedEndpoint, TestOutcome,
@@ -27,8 +28,9 @@ use super::{ApiError, AppState};
 use crate::attempt::{self, AttemptInput, AttemptResult};
 use crate::config::EndpointConfig;
 use crate::endpoint_admin::Saved;
-use crate::model::{Event, Outcome, Timestamp};
+use crate::model::{EndpointState, Event, Outcome, Timestamp};
 use crate::recovery::{Replay, ReplayAnswer, Replayed};
+use crate::store::EndpointPage;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -46,6 +48,18 @@ const HISTORY_LIMIT: u32 = 100;
 
 async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, ApiError> {
     let history = state.store.endpoint_history(&ep.name, HISTORY_LIMIT).await?;
+    let health = state.health_of(&ep.name).await;
+    Ok(view_with(state, ep, health, Some(history)))
+}
+
+/// The view of an endpoint with its health, and its history when a page of a list does not
+/// leave it out.
+fn view_with(
+    state: &AppState,
+    ep: &EndpointConfig,
+    health: crate::health::EndpointHealth,
+    history: Option<Vec<crate::store::HistoryEntry>>,
+) -> EndpointView {
     let problems = state
         .status
         .lock()
@@ -62,30 +76,30 @@ async fn view(state: &AppState, ep: &EndpointConfig) -> Result<EndpointView, Api
             .map(|topic| (topic.clone(), config.policy_for(ep, topic).name().to_owned()))
             .collect()
     };
-    Ok(EndpointView::new(
-        ep,
-        topic_policies,
-        state.health_of(&ep.name).await,
-        history,
-        problems,
-        state.clock.now(),
-    ))
+    EndpointView::new(ep, topic_policies, health, history, problems, state.clock.now())
 }
 
 /// The endpoint of that name, if the caller may see it (a tenant sees only its own; anything
 /// else is 404, as if it did not exist).
-pub(super) fn visible(
+pub(super) async fn visible(
     state: &AppState,
     caller: &Caller,
     name: &str,
 ) -> Result<Arc<EndpointConfig>, ApiError> {
-    state
-        .recovery
-        .endpoint(name)
-        .ok()
-        .filter(|ep| caller.sees(ep.tenant.as_deref()))
-        .ok_or_else(|| ApiError::not_found("endpoint_not_found", format!("no endpoint `{name}`")))
+    let not_found = || ApiError::not_found("endpoint_not_found", format!("no endpoint `{name}`"));
+    if !state
+        .endpoints
+        .routing(name)
+        .is_some_and(|r| caller.sees(r.tenant.as_deref()))
+    {
+        return Err(not_found());
+    }
+    state.endpoints.get(name).await?.ok_or_else(not_found)
 }
+
+/// The most endpoints one page of the list holds, and how many it holds unless asked.
+const MAX_PAGE: u32 = 500;
+const DEFAULT_PAGE: u32 = 100;
 
 #[derive(Debug, Deserialize, IntoParams)]
 pub(crate) struct ListQuery {
@@ -93,32 +107,214 @@ pub(crate) struct ListQuery {
     tenant: Option<String>,
     /// Only endpoints declared in the config file (`config`) or created through the API (`api`).
     source: Option<String>,
+    /// Only endpoints subscribed to this topic.
+    topic: Option<String>,
+    /// Only endpoints in this health state: active, degraded, paused or disabled.
+    state: Option<String>,
+    /// Page size, 1-500 (default 100).
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
 }
 
-/// Every endpoint with its health: the config file's and those created through the API.
+/// The endpoints by name, a page at a time: the config file's and those created through the
+/// API, with their health (a page leaves each one's history out: read the endpoint for it).
+/// Every endpoint that exists from the first page to the last is on exactly one page, whatever
+/// is created or deleted meanwhile.
 #[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", params(ListQuery),
-    responses((status = 200, description = "All endpoints", body = EndpointList)))]
+    responses((status = 200, description = "A page of endpoints, by name", body = EndpointList),
+              (status = 400, description = "A bad limit, cursor or source", body = super::error::ErrorBody)))]
 async fn list_endpoints(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<EndpointList>, ApiError> {
-    let config = state.config.load_full();
-    let tenant = caller.tenant_filter(q.tenant);
-    let mut endpoints = Vec::with_capacity(config.endpoints.len());
-    for ep in config.endpoints.values() {
-        if tenant.is_some() && ep.tenant.as_deref() != tenant.as_deref() {
-            continue;
-        }
-        if q.source.as_deref().is_some_and(|s| s != ep.source.as_str()) {
-            continue;
-        }
-        endpoints.push(view(&state, ep).await?);
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be 1-{MAX_PAGE}"),
+        ));
     }
+    let (file, api) = match q.source.as_deref() {
+        None => (true, true),
+        Some("config") => (true, false),
+        Some("api") => (false, true),
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_source",
+                format!("unknown source `{other}` (config, api)"),
+            ));
+        }
+    };
+    let after = q.cursor.as_deref().map(cursor_name).transpose()?;
+    let tenant = caller.tenant_filter(q.tenant);
+    let wanted_state = q
+        .state
+        .as_deref()
+        .map(|s| {
+            s.parse::<EndpointState>().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_state",
+                    format!("unknown state `{s}` (active, degraded, paused, disabled)"),
+                )
+            })
+        })
+        .transpose()?;
+    let (page, next_cursor) = match (&q.topic, wanted_state) {
+        (Some(topic), _) => {
+            topic_page(
+                &state,
+                topic,
+                tenant.as_deref(),
+                after.as_deref(),
+                limit,
+                (file, api),
+            )
+            .await?
+        }
+        (None, Some(s)) if s != EndpointState::Active => {
+            not_active_page(&state, s, tenant.as_deref(), after.as_deref(), limit, (file, api)).await?
+        }
+        (None, _) => name_page(&state, tenant, after, limit, (file, api)).await?,
+    };
+    let names: Vec<&str> = page.iter().map(|ep| &*ep.name).collect();
+    let health = state.health_of_each(&names).await;
+    let endpoints = page
+        .iter()
+        .zip(health)
+        .filter(|(_, health)| wanted_state.is_none_or(|s| health.state == s))
+        .map(|(ep, health)| view_with(&state, ep, health, None))
+        .collect();
     Ok(Json(EndpointList {
         endpoints,
-        next_cursor: None,
+        next_cursor,
     }))
+}
+
+/// Which sources a page takes: the config file's endpoints, those created through the API.
+type Sources = (bool, bool);
+
+/// A page of every endpoint (of `tenant`), by name: the file's from the config, those created
+/// through the API from the store, merged. With its next cursor, if there is a next page.
+async fn name_page(
+    state: &AppState,
+    tenant: Option<String>,
+    after: Option<String>,
+    limit: u32,
+    (file, api): Sources,
+) -> Result<(Vec<Arc<EndpointConfig>>, Option<String>), ApiError> {
+    let mut page: Vec<Arc<EndpointConfig>> = Vec::new();
+    if file {
+        let config = state.config.load();
+        let range = match &after {
+            Some(a) => config
+                .file_endpoints
+                .range::<str, _>((Bound::Excluded(a.as_str()), Bound::Unbounded)),
+            None => config.file_endpoints.range::<str, _>(..),
+        };
+        page.extend(
+            range
+                .map(|(_, ep)| ep)
+                .filter(|ep| tenant.is_none() || ep.tenant.as_deref() == tenant.as_deref())
+                .take(limit as usize + 1)
+                .cloned(),
+        );
+    }
+    if api {
+        let rows = state
+            .store
+            .api_endpoint_page(EndpointPage {
+                tenant: tenant.clone(),
+                after: after.clone(),
+                limit: limit + 1,
+                descending: false,
+            })
+            .await?;
+        page.extend(rows.iter().filter_map(|row| state.endpoints.compiled(row)));
+    }
+    page.sort_by(|a, b| a.name.cmp(&b.name));
+    let next_cursor = (page.len() > limit as usize).then(|| {
+        page.truncate(limit as usize);
+        page.last().map(|ep| cursor_of(&ep.name))
+    });
+    Ok((page, next_cursor.flatten()))
+}
+
+/// A page of the endpoints (of `tenant`) subscribed to `topic`, by name, from the endpoint
+/// index. With its next cursor, if there is a next page.
+async fn topic_page(
+    state: &AppState,
+    topic: &str,
+    tenant: Option<&str>,
+    after: Option<&str>,
+    limit: u32,
+    sources: Sources,
+) -> Result<(Vec<Arc<EndpointConfig>>, Option<String>), ApiError> {
+    let names = state
+        .endpoints
+        .topic_page(topic, tenant, after, limit as usize + 1);
+    page_of(state, names, limit, sources).await
+}
+
+/// A page of the endpoints (of `tenant`) in a state other than active, by name: those are few
+/// (the scheduler keeps them apart), so this reads only them.
+async fn not_active_page(
+    state: &AppState,
+    wanted: EndpointState,
+    tenant: Option<&str>,
+    after: Option<&str>,
+    limit: u32,
+    sources: Sources,
+) -> Result<(Vec<Arc<EndpointConfig>>, Option<String>), ApiError> {
+    let mut names: Vec<Arc<crate::endpoints::Routing>> = state
+        .scheduler
+        .not_active()
+        .into_iter()
+        .filter(|(name, s)| *s == wanted && after.is_none_or(|a| **name > *a))
+        .filter_map(|(name, _)| state.endpoints.routing(&name))
+        .filter(|r| tenant.is_none() || r.tenant.as_deref() == tenant)
+        .collect();
+    names.sort_by(|a, b| a.name.cmp(&b.name));
+    page_of(state, names, limit, sources).await
+}
+
+/// The endpoints of `names` (sorted, from the cursor on) that a page holds, compiled, with the
+/// next page's cursor when there are more.
+async fn page_of(
+    state: &AppState,
+    mut names: Vec<Arc<crate::endpoints::Routing>>,
+    limit: u32,
+    (file, api): Sources,
+) -> Result<(Vec<Arc<EndpointConfig>>, Option<String>), ApiError> {
+    let next_cursor = (names.len() > limit as usize).then(|| {
+        names.truncate(limit as usize);
+        names.last().map(|r| cursor_of(&r.name))
+    });
+    let mut page = Vec::with_capacity(names.len());
+    for routing in names {
+        let wanted = match routing.source {
+            crate::config::EndpointSource::Config => file,
+            crate::config::EndpointSource::Api => api,
+        };
+        if wanted && let Some(ep) = state.endpoints.get(&routing.name).await? {
+            page.push(ep);
+        }
+    }
+    Ok((page, next_cursor.flatten()))
+}
+
+/// A list's cursor: the last name of the page before, in a form that says it is a cursor.
+fn cursor_of(name: &str) -> String {
+    format!("ep:{name}")
+}
+
+fn cursor_name(cursor: &str) -> Result<String, ApiError> {
+    cursor
+        .strip_prefix("ep:")
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::bad_request("invalid_cursor", "not a cursor from this API"))
 }
 
 /// One endpoint: state, counters and state history (newest 100 changes).
@@ -131,7 +327,7 @@ async fn get_endpoint(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let ep = visible(&state, &caller, &name)?;
+    let ep = visible(&state, &caller, &name).await?;
     Ok(Json(view(&state, &ep).await?))
 }
 
@@ -155,7 +351,7 @@ fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>
 async fn create_endpoint(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    body: Bytes,
+    body: BodyBytes,
 ) -> Result<(StatusCode, Json<SavedEndpoint>), ApiError> {
     let saved = state
         .endpoint_admin
@@ -178,7 +374,7 @@ async fn update_endpoint(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    body: Bytes,
+    body: BodyBytes,
 ) -> Result<Json<SavedEndpoint>, ApiError> {
     let patch = serde_json::Value::Object(json_object(&body)?);
     let saved = state
@@ -231,21 +427,19 @@ async fn rotate_secret(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    body: Bytes,
+    body: BodyBytes,
 ) -> Result<Json<SavedEndpoint>, ApiError> {
-    visible(&state, &caller, &name)?;
+    visible(&state, &caller, &name).await?;
     let input: RotateIn = super::optional_json(&body, "a rotation request")?;
     let overlap = match input.overlap.as_deref() {
         None => crate::endpoint_admin::DEFAULT_OVERLAP,
         Some(text) => crate::policy::parse_duration(text)
-            .ok()
-            .filter(|d| *d <= MAX_OVERLAP)
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_overlap",
-                    format!("overlap `{text}` must be a duration of at most 30d"),
-                )
-            })?,
+            .map_err(|why| format!("overlap: {why}"))
+            .and_then(|d| match d <= MAX_OVERLAP {
+                true => Ok(d),
+                false => Err(format!("overlap `{text}` is longer than the most, 30d")),
+            })
+            .map_err(|message| ApiError::bad_request("invalid_overlap", message))?,
     };
     let saved = state
         .endpoint_admin
@@ -287,31 +481,13 @@ async fn test_endpoint(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Json<TestOutcome>, ApiError> {
-    visible(&state, &Caller::of(&request), &name)?;
-    let ep = state.recovery.endpoint(&name)?;
+    let ep = visible(&state, &Caller::of(&request), &name).await?;
     let config = state.config.load_full();
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, config.server.max_body_bytes).await?;
     let input: TestIn = super::optional_json(&body, "a test request")?;
-    let payload = match input.payload {
-        Some(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
-        None => Bytes::from(serde_json::json!({"test": true, "endpoint": name}).to_string()),
-    };
-    let topic = ep.topics.first().cloned().unwrap_or_default();
-    let event = Event {
-        id: format!("test_{}", ulid::Ulid::new().to_string().to_lowercase()),
-        topic: topic.clone(),
-        event_type: input.event_type.unwrap_or_else(|| "hookgate.test".into()),
-        content_type: "application/json".into(),
-        payload,
-        ordering_key: None,
-        received_at: state.clock.now(),
-        tenant: ep.tenant.as_deref().map(str::to_owned),
-        // A test call belongs to no ingestion: its attempt starts a trace of its own.
-        trace: None,
-        labels: Default::default(),
-    };
-    let policy = config.policy_for(&ep, &topic);
+    let event = test_event(&ep, input, state.clock.now());
+    let policy = config.policy_for(&ep, &event.topic);
     let report = attempt::perform(
         &state.attempts,
         AttemptInput {
@@ -327,6 +503,33 @@ async fn test_endpoint(
         },
     )
     .await;
+    Ok(Json(test_outcome(&ep, event.id, report)))
+}
+
+/// The event a test call sends: the request's type and payload, or the defaults, on the
+/// endpoint's first topic and for its tenant.
+fn test_event(ep: &EndpointConfig, input: TestIn, now: Timestamp) -> Event {
+    let payload = match input.payload {
+        Some(raw) => Bytes::copy_from_slice(raw.get().as_bytes()),
+        None => Bytes::from(serde_json::json!({"test": true, "endpoint": &*ep.name}).to_string()),
+    };
+    Event {
+        id: format!("test_{}", ulid::Ulid::new().to_string().to_lowercase()),
+        topic: ep.topics.first().cloned().unwrap_or_default(),
+        event_type: input.event_type.unwrap_or_else(|| "hookgate.test".into()),
+        content_type: "application/json".into(),
+        payload,
+        ordering_key: None,
+        received_at: now,
+        tenant: ep.tenant.as_deref().map(str::to_owned),
+        // A test call belongs to no ingestion: its attempt starts a trace of its own.
+        trace: None,
+        labels: Default::default(),
+    }
+}
+
+/// What a test call answers: the attempt's outcome, or why it was dropped.
+fn test_outcome(ep: &EndpointConfig, event_id: String, report: attempt::AttemptReport) -> TestOutcome {
     let duration_ms = report.duration.as_millis() as u64;
     let (kind, target) = (ep.destination.kind().to_owned(), ep.destination.target());
     // A broker's answer is the attempt record's one line; HTTP's is its status code.
@@ -335,10 +538,10 @@ async fn test_endpoint(
         .response_body
         .clone()
         .filter(|_| !ep.destination.is_http());
-    Ok(Json(match report.result {
+    match report.result {
         AttemptResult::Sent(outcome) => TestOutcome {
             delivered: outcome.is_success(),
-            event_id: event.id,
+            event_id,
             kind,
             target,
             answer,
@@ -354,7 +557,7 @@ async fn test_endpoint(
         },
         AttemptResult::Dropped { reason } => TestOutcome {
             delivered: false,
-            event_id: event.id,
+            event_id,
             kind,
             target,
             answer: None,
@@ -365,7 +568,7 @@ async fn test_endpoint(
             plugins: report.plugin_note,
             dropped: Some(reason),
         },
-    }))
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -394,7 +597,7 @@ async fn replay(
     request: Request,
 ) -> Result<Response, ApiError> {
     let caller = Caller::of(&request);
-    let ep = visible(&state, &caller, &name)?;
+    let ep = visible(&state, &caller, &name).await?;
     let (parts, body) = request.into_parts();
     if !parts.headers.contains_key(idempotency::HEADER) {
         return Err(ApiError::bad_request(
@@ -462,7 +665,7 @@ async fn replay_preview(
     Path(name): Path<String>,
     Query(q): Query<ReplayPreviewQuery>,
 ) -> Result<Json<ReplayPreview>, ApiError> {
-    let ep = visible(&state, &caller, &name)?;
+    let ep = visible(&state, &caller, &name).await?;
     let since = q
         .since
         .as_deref()
@@ -501,7 +704,7 @@ async fn reenable(
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let ep = visible(&state, &Caller::of(&request), &name)?;
+    let ep = visible(&state, &Caller::of(&request), &name).await?;
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, 64 * 1024).await?;
     let input: ReenableIn = super::optional_json(&body, "a re-enable request")?;
@@ -531,7 +734,7 @@ async fn redrive(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<Redriven>), ApiError> {
-    let ep = visible(&state, &caller, &name)?;
+    let ep = visible(&state, &caller, &name).await?;
     let queued = state.recovery.redrive(&ep).await?;
     Ok((StatusCode::ACCEPTED, Json(Redriven { queued })))
 }

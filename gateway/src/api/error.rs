@@ -148,6 +148,7 @@ impl From<RecoveryError> for ApiError {
             RecoveryError::EndpointNotActive { .. } => ApiError::conflict("endpoint_not_active", message),
             RecoveryError::EndpointRemoved(_) => ApiError::conflict("endpoint_removed", message),
             RecoveryError::DeliveryInFlight(_) => ApiError::conflict("delivery_in_flight", message),
+            RecoveryError::PayloadExpunged(_) => ApiError::conflict("payload_expunged", message),
             RecoveryError::WindowTooFarBack { .. } => {
                 ApiError::bad_request("replay_window_too_large", message)
             }
@@ -191,7 +192,7 @@ impl From<AdminError> for ApiError {
             AdminError::Blocked(problems) => with_problems("blocked_address", problems),
             AdminError::DeclaredInConfig(_) => ApiError::conflict("endpoint_declared_in_config", message),
             AdminError::NotFound(_) => ApiError::not_found("endpoint_not_found", message),
-            AdminError::NameTaken(_) => ApiError::conflict("name_taken", message),
+            AdminError::Taken(_) => ApiError::conflict("name_taken", message),
             AdminError::Changed(_) => ApiError::conflict("endpoint_changed", message),
             AdminError::OtherTenant(_) => ApiError::new(StatusCode::FORBIDDEN, "tenant_mismatch", message),
             AdminError::Store(e) => e.into(),

@@ -1,8 +1,7 @@
 //! `/v1/event-types`: the event type catalog (names, descriptions, JSON Schemas of payloads).
 //! Tenants read it; admins change it. The rules are `event_types.rs`'s.
 
-use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,6 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::extract::{Json, Path, Query};
 use super::views::EventTypeView;
 use super::{ApiError, AppState};
 use crate::event_types::EventTypeChange;
@@ -82,7 +82,7 @@ async fn list_event_types(
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let mut rows = state
         .store
-        .event_types(query.cursor, limit + 1, query.include_archived)
+        .event_types(query.cursor, limit + 1, query.include_archived, false)
         .await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);

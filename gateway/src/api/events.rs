@@ -1,7 +1,7 @@
 //! Ingestion (`POST /v1/topics/{topic}/events`, `.../events/batch`) and `GET /v1/events/{id}`.
 
 use axum::body::Body;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -14,6 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
+use super::extract::{Path, Query};
 use super::idempotency::{self, Begin};
 use super::views::{DeliveryView, EventView};
 use super::{ApiError, AppState};
@@ -80,9 +81,13 @@ pub(crate) struct BatchAccepted {
     deliveries: usize,
 }
 
-/// Reads the body, refusing (413) anything over the configured limit without buffering it, and
-/// (408) a body that does not arrive within `server.body_timeout` (the server puts every
-/// request body under that deadline).
+/// How much of a body over the limit is still read, and dropped, before the 413 goes out: a
+/// client that writes its whole body before it reads (most do) then gets the answer instead
+/// of a connection reset under its feet. A body larger still is cut off.
+const DRAINED_PAST_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Reads a request body of at most `limit` bytes: 413 past it (after draining what a client
+/// sends up to [`DRAINED_PAST_LIMIT`] more), 408 when it arrives too slowly.
 pub(super) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
@@ -94,22 +99,39 @@ pub(super) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> 
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        && len > limit as u64
+        && len > (limit as u64).saturating_add(DRAINED_PAST_LIMIT)
     {
         return Err(too_large());
     }
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
-        Err(e) if crate::server::is_body_timeout(&*e) => Err(ApiError::new(
+    let mut body = body;
+    let mut kept = bytes::BytesMut::new();
+    let mut seen: u64 = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| unreadable(&*e.into_inner()))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len() as u64;
+        if seen <= limit as u64 {
+            kept.extend_from_slice(&data);
+        } else if seen > (limit as u64).saturating_add(DRAINED_PAST_LIMIT) {
+            return Err(too_large());
+        }
+    }
+    if seen > limit as u64 {
+        return Err(too_large());
+    }
+    Ok(kept.freeze())
+}
+
+/// A body that could not be read: 408 when it came too slowly, else 400.
+fn unreadable(e: &(dyn std::error::Error + 'static)) -> ApiError {
+    if crate::server::is_body_timeout(e) {
+        ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "body_timeout",
             "the body was not received in time; send it faster or in a smaller request",
-        )),
-        Err(e) => Err(ApiError::bad_request(
-            "unreadable_body",
-            format!("could not read the body: {e}"),
-        )),
+        )
+    } else {
+        ApiError::bad_request("unreadable_body", format!("could not read the body: {e}"))
     }
 }
 
@@ -339,7 +361,7 @@ pub(crate) fn valid_channels(channels: &[String]) -> Result<(), ApiError> {
     match channels.iter().find(|c| !crate::config::valid_name(c)) {
         Some(bad) => Err(ApiError::bad_request(
             "invalid_channels",
-            format!("channel `{bad}` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`"),
+            format!("channel `{bad}` must be {}", crate::config::NAME_RULE),
         )),
         None => Ok(()),
     }
@@ -352,7 +374,7 @@ pub(super) fn valid_tenant(tenant: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::bad_request(
             "invalid_tenant",
-            "`tenant` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`",
+            format!("`tenant` must be {}", crate::config::NAME_RULE),
         ))
     }
 }

@@ -11,6 +11,7 @@ mod endpoints;
 mod error;
 mod event_types;
 mod events;
+mod extract;
 mod idempotency;
 mod ops;
 mod ordering;
@@ -60,27 +61,26 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// The parts of [`AppState`].
+/// The parts of [`AppState`]: the gateway's parts the API serves from (reached through
+/// `Deref`), and the API's own.
 pub struct Shared {
-    pub(crate) config: Arc<ArcSwap<Config>>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) scheduler: SchedulerHandle,
-    pub(crate) ingestor: Ingestor,
-    pub(crate) recovery: Recovery,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) attempts: Arc<AttemptEnv>,
+    deps: ApiDeps,
     pub(crate) idempotency: idempotency::InFlight,
-    pub(crate) metrics: Metrics,
-    pub(crate) status: Arc<Mutex<RuntimeStatus>>,
+    /// The applications Svix messages were sent to lately.
+    pub(crate) svix_apps: svix::AppCache,
     pub(crate) rate_limits: auth::RateLimits,
-    pub(crate) cluster: crate::cluster::ClusterView,
-    pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
     /// Signs console tokens when the config has neither console keys nor admin keys.
     pub(crate) console_fallback_key: crate::model::Secret,
-    /// The ingestion spans (and the ids of every request's trace).
-    pub(crate) traces: crate::traces::Traces,
-    /// The event type catalog, which checks payloads against their type's schema.
-    pub(crate) event_types: crate::event_types::EventTypes,
+    /// The endpoints whose `hookgate_endpoint_state` the last scrape showed not active.
+    pub(crate) state_gauges_shown: Mutex<Vec<Arc<str>>>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = ApiDeps;
+
+    fn deref(&self) -> &ApiDeps {
+        &self.deps
+    }
 }
 
 #[derive(OpenApi)]
@@ -122,12 +122,21 @@ pub fn router(state: AppState) -> (Router, utoipa::openapi::OpenApi) {
         )
         .merge(crate::console::router())
         .merge(svix::unsupported_router())
+        // Once every route is in, and before the layers, so that a wrong method is
+        // authenticated like a right one: it answers in the JSON error shape too.
+        .method_not_allowed_fallback(extract::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
         ))
         .fallback(|| async { ApiError::not_found("route_not_found", "no such route") })
         .with_state(state);
+    // Paths are rewritten before the router picks a route, so this wraps the whole router.
+    let router = Router::new().fallback_service(
+        tower::ServiceBuilder::new()
+            .map_request(svix::trim_trailing_slash)
+            .service(router),
+    );
     (router, openapi)
 }
 
@@ -151,8 +160,10 @@ pub(crate) fn optional_json<T: Default + serde::de::DeserializeOwned>(
 }
 
 /// The gateway's parts the API serves from.
-pub(crate) struct ApiDeps {
+pub struct ApiDeps {
     pub(crate) config: Arc<ArcSwap<Config>>,
+    /// The running endpoints (the file's and those created through the API).
+    pub(crate) endpoints: crate::endpoints::Endpoints,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) scheduler: SchedulerHandle,
     pub(crate) ingestor: Ingestor,
@@ -163,7 +174,9 @@ pub(crate) struct ApiDeps {
     pub(crate) status: Arc<Mutex<RuntimeStatus>>,
     pub(crate) cluster: crate::cluster::ClusterView,
     pub(crate) endpoint_admin: crate::endpoint_admin::EndpointAdmin,
+    /// The ingestion spans (and the ids of every request's trace).
     pub(crate) traces: crate::traces::Traces,
+    /// The event type catalog, which checks payloads against their type's schema.
     pub(crate) event_types: crate::event_types::EventTypes,
 }
 
@@ -180,24 +193,34 @@ impl AppState {
         self.scheduler.health_of(endpoint)
     }
 
+    /// The health of each of `endpoints`, as [`AppState::health_of`] has it: in a cluster read
+    /// in one query, for a page of a list.
+    pub(crate) async fn health_of_each(&self, endpoints: &[&str]) -> Vec<crate::health::EndpointHealth> {
+        if let crate::cluster::ClusterView::Shared { .. } = self.cluster
+            && let Some(cluster) = self.store.clone().cluster()
+            && let Ok(found) = cluster.health_of_each(endpoints).await
+        {
+            return endpoints
+                .iter()
+                .map(|e| {
+                    found
+                        .iter()
+                        .find(|(name, _)| name == e)
+                        .map_or_else(|| self.scheduler.health_of(e), |(_, h)| h.clone())
+                })
+                .collect();
+        }
+        endpoints.iter().map(|e| self.scheduler.health_of(e)).collect()
+    }
+
     pub(crate) fn new(deps: ApiDeps) -> Self {
         AppState(Arc::new(Shared {
-            config: deps.config,
-            store: deps.store,
-            scheduler: deps.scheduler,
-            ingestor: deps.ingestor,
-            recovery: deps.recovery,
-            clock: deps.clock,
-            attempts: deps.attempts,
+            deps,
             idempotency: idempotency::InFlight::default(),
-            metrics: deps.metrics,
-            status: deps.status,
+            svix_apps: svix::AppCache::default(),
             rate_limits: auth::RateLimits::default(),
-            cluster: deps.cluster,
-            endpoint_admin: deps.endpoint_admin,
             console_fallback_key: crate::model::Secret::new(hex::encode(rand::random::<[u8; 32]>())),
-            traces: deps.traces,
-            event_types: deps.event_types,
+            state_gauges_shown: Mutex::default(),
         }))
     }
 }

@@ -9,6 +9,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use std::sync::Arc;
+
 use super::AppState;
 use super::views::{ClusterNodesView, NodeView};
 use crate::model::{EndpointState, Timestamp};
@@ -18,6 +20,7 @@ use crate::store::{KeyListing, KeyState};
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
+        .routes(routes!(readyz))
         .routes(routes!(metrics))
         .routes(routes!(status))
         .routes(routes!(cluster))
@@ -35,6 +38,51 @@ async fn healthz() -> Json<Liveness> {
     Json(Liveness { status: "ok" })
 }
 
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Readiness {
+    /// `ready` or `not_ready`.
+    status: &'static str,
+    /// Why not: `storage_unavailable` (the store takes no writes: a full disk or
+    /// `storage.max_size`, an I/O error, a failed fsync; on PostgreSQL a database that does
+    /// not answer) or `stopping`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+/// Readiness: 200 when the gateway can take events, 503 with the reason while it cannot — for
+/// a load balancer, which should stop sending it events meanwhile. Liveness is `/healthz`: a
+/// node that is not ready recovers by itself once the disk or the database is back, so it
+/// should not be restarted for it.
+#[utoipa::path(get, path = "/readyz", tag = "ops", security(()),
+    responses((status = 200, description = "Ready to take events", body = Readiness),
+              (status = 503, description = "Not ready, and why", body = Readiness)))]
+async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+    let not_ready = |reason, message| {
+        let body = Readiness {
+            status: "not_ready",
+            reason: Some(reason),
+            message: Some(message),
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, Json(body))
+    };
+    if state.status.lock().expect("status lock").stopping {
+        return not_ready("stopping", "the gateway is shutting down".to_owned());
+    }
+    match state.store.check_writable().await {
+        Ok(()) => (
+            StatusCode::OK,
+            Json(Readiness {
+                status: "ready",
+                reason: None,
+                message: None,
+            }),
+        ),
+        Err(e) => not_ready("storage_unavailable", e.to_string()),
+    }
+}
+
 /// Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = "ops", security(()),
     responses((status = 200, description = "Metrics", content_type = "text/plain", body = String)))]
@@ -45,27 +93,57 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .metrics
         .queue_depth()
         .set(state.scheduler.queue_depth() as f64);
-    let config = state.config.load();
-    for name in config.endpoints.keys() {
-        let current = state.scheduler.health_of(name).state;
-        for s in [
-            EndpointState::Active,
-            EndpointState::Degraded,
-            EndpointState::Paused,
-            EndpointState::Disabled,
-        ] {
-            state
-                .metrics
-                .endpoint_state(name, s.as_str())
-                .set(if s == current { 1.0 } else { 0.0 });
-        }
-    }
+    endpoint_state_gauges(&state);
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// `hookgate_endpoints{state}`, and `hookgate_endpoint_state` of each endpoint that is not
+/// active or was not at the last scrape: a gateway of a million endpoints does not export four
+/// million series, and the endpoints that need attention stand out.
+fn endpoint_state_gauges(state: &AppState) {
+    let not_active: Vec<(Arc<str>, EndpointState)> = state
+        .scheduler
+        .not_active()
+        .into_iter()
+        .filter(|(name, _)| state.endpoints.contains(name))
+        .collect();
+    let mut shown = state.state_gauges_shown.lock().expect("gauges lock");
+    let recovered: Vec<Arc<str>> = shown
+        .iter()
+        .filter(|name| !not_active.iter().any(|(n, _)| n == *name))
+        .cloned()
+        .collect();
+    let all = [
+        EndpointState::Active,
+        EndpointState::Degraded,
+        EndpointState::Paused,
+        EndpointState::Disabled,
+    ];
+    let current = not_active
+        .iter()
+        .map(|(name, s)| (name.clone(), *s))
+        .chain(recovered.into_iter().map(|name| (name, EndpointState::Active)));
+    for (name, current) in current {
+        for s in all {
+            state
+                .metrics
+                .endpoint_state(&name, s.as_str())
+                .set(if s == current { 1.0 } else { 0.0 });
+        }
+    }
+    *shown = not_active.iter().map(|(name, _)| name.clone()).collect();
+    for s in all {
+        let n = match s {
+            EndpointState::Active => state.endpoints.len().saturating_sub(not_active.len()),
+            other => not_active.iter().filter(|(_, st)| *st == other).count(),
+        };
+        state.metrics.endpoints_in_state(s.as_str()).set(n as f64);
+    }
 }
 
 /// Keys the gauges look at per ordered endpoint and scrape.
@@ -75,9 +153,8 @@ const ORDERING_GAUGE_KEYS: u32 = 1000;
 /// shows the same): blocked and held keys, and the age of the oldest event waiting behind
 /// one. The store answers from the failed heads' index: the cost is the blocked keys'.
 async fn ordering_gauges(state: &AppState) {
-    let config = state.config.load_full();
     let now = state.clock.now();
-    for ep in config.endpoints.values().filter(|ep| ep.ordered) {
+    for ep in state.endpoints.ordered() {
         let page = match state
             .store
             .ordering_keys(&ep.name, KeyListing::Blocked, None, ORDERING_GAUGE_KEYS)
@@ -158,7 +235,7 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
         started_at: runtime.started_at,
         now: state.clock.now(),
         config_file: config.source.as_ref().map(|p| p.display().to_string()),
-        endpoints: config.endpoints.len(),
+        endpoints: state.endpoints.len(),
         topics: config.topics.len(),
         queue_depth: state.scheduler.queue_depth(),
         workers: tokio::runtime::Handle::current().metrics().num_workers(),
@@ -181,7 +258,7 @@ async fn status(State(state): State<AppState>) -> Json<StatusView> {
 #[utoipa::path(get, path = "/v1/cluster", tag = "ops",
     responses((status = 200, description = "Nodes", body = ClusterNodesView)))]
 async fn cluster(State(state): State<AppState>) -> Json<ClusterNodesView> {
-    let endpoints = state.config.load().endpoints.len();
+    let endpoints = state.endpoints.len();
     let nodes = state.cluster.nodes(state.clock.now(), endpoints);
     Json(ClusterNodesView {
         nodes: nodes

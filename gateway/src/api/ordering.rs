@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use super::auth::Caller;
 use super::endpoints::visible;
 use super::events::read_body;
+use super::extract::{Path, Query};
 use super::{ApiError, AppState};
 use crate::config::EndpointConfig;
 use crate::model::{DeliveryId, DeliveryStatus, Timestamp};
@@ -114,12 +115,12 @@ impl OrderingKeyView {
 }
 
 /// The endpoint, if the caller may see it and it is ordered.
-pub(super) fn ordered_endpoint(
+pub(super) async fn ordered_endpoint(
     state: &AppState,
     caller: &Caller,
     name: &str,
 ) -> Result<Arc<EndpointConfig>, ApiError> {
-    let ep = visible(state, caller, name)?;
+    let ep = visible(state, caller, name).await?;
     if !ep.ordered {
         return Err(ApiError::conflict(
             "endpoint_not_ordered",
@@ -164,7 +165,7 @@ async fn list_keys(
     Path(name): Path<String>,
     Query(q): Query<KeysQuery>,
 ) -> Result<Json<OrderingKeyList>, ApiError> {
-    let ep = ordered_endpoint(&state, &caller, &name)?;
+    let ep = ordered_endpoint(&state, &caller, &name).await?;
     let listing = listing(q.state.as_deref())?;
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -267,7 +268,7 @@ async fn act(
     action: KeyAction,
     request: Request,
 ) -> Result<Json<KeyActionOut>, ApiError> {
-    let ep = ordered_endpoint(state, &Caller::of(&request), name)?;
+    let ep = ordered_endpoint(state, &Caller::of(&request), name).await?;
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, 16 * 1024).await?;
     let input: KeyActionIn = super::optional_json(&body, "an ordering key action")?;
@@ -312,7 +313,7 @@ async fn act(
         }
         KeyAnswer::Unchanged { front: None } => out(false, None, Some("no_head")),
         KeyAnswer::Unchanged { front } => out(false, front, Some("not_head")),
-        KeyAnswer::NotHeld => out(false, None, Some("not_held")),
+        KeyAnswer::NotHeld { front } => out(false, front, Some("not_held")),
         KeyAnswer::InFlight(head) => {
             return Err(ApiError::conflict(
                 "head_in_flight",

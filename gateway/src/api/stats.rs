@@ -1,10 +1,10 @@
-//! `GET /v1/stats`: what the console's overview shows — deliveries finished over the last hour
-//! or day, what waits, what is dead, endpoints by state.
+//! `GET /v1/stats`: what the console's overview shows — deliveries finished and attempts failed
+//! over the last hour or day, what waits, what is dead, endpoints by state.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -12,8 +12,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
+use super::extract::Query;
 use super::{ApiError, AppState};
-use crate::model::Timestamp;
+use crate::model::{EndpointState, Timestamp};
 use crate::store::KeyListing;
 
 /// Blocked keys counted per ordered endpoint.
@@ -37,8 +38,11 @@ pub(crate) struct BucketView {
     at: Timestamp,
     /// Deliveries that ended `succeeded` in this bucket.
     succeeded: u64,
-    /// Deliveries that ended `failed` or `dead`.
+    /// Deliveries that ended `failed` or `dead` (by their status now).
     failed: u64,
+    /// Attempts that failed in this bucket, whatever became of their delivery: an outage
+    /// whose deliveries were redelivered or redriven since still shows here.
+    failed_attempts: u64,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -57,8 +61,8 @@ pub(crate) struct StatsView {
     blocked_keys: u64,
 }
 
-/// Deliveries finished per minute over the last hour (or per hour over the last day), the
-/// backlog, and endpoints by state.
+/// Deliveries finished and attempts failed per minute over the last hour (or per hour over the
+/// last day), the backlog, and endpoints by state.
 #[utoipa::path(get, path = "/v1/stats", tag = "ops", params(StatsQuery),
     responses((status = 200, description = "Activity and backlog", body = StatsView),
               (status = 400, description = "An unknown period", body = super::error::ErrorBody)))]
@@ -88,22 +92,17 @@ async fn stats(
         .activity(since, bucket, buckets, tenant.clone())
         .await?;
     let backlog = state.store.backlog(tenant.clone()).await?;
-    let config = state.config.load_full();
-    let mut endpoints = BTreeMap::new();
+    let endpoints = endpoints_by_state(&state, tenant.as_deref());
     let mut blocked_keys = 0;
-    for ep in config.endpoints.values() {
+    for ep in state.endpoints.ordered() {
         if tenant.is_some() && ep.tenant.as_deref() != tenant.as_deref() {
             continue;
         }
-        let health = state.health_of(&ep.name).await;
-        *endpoints.entry(health.state.as_str().to_owned()).or_default() += 1;
-        if ep.ordered {
-            let page = state
-                .store
-                .ordering_keys(&ep.name, KeyListing::Blocked, None, BLOCKED_KEYS_COUNTED)
-                .await?;
-            blocked_keys += page.keys.len() as u64;
-        }
+        let page = state
+            .store
+            .ordering_keys(&ep.name, KeyListing::Blocked, None, BLOCKED_KEYS_COUNTED)
+            .await?;
+        blocked_keys += page.keys.len() as u64;
     }
     Ok(Json(StatsView {
         period: period.to_owned(),
@@ -114,6 +113,7 @@ async fn stats(
                 at: b.start,
                 succeeded: b.succeeded,
                 failed: b.failed,
+                failed_attempts: b.failed_attempts,
             })
             .collect(),
         pending: backlog.pending,
@@ -121,4 +121,30 @@ async fn stats(
         endpoints,
         blocked_keys,
     }))
+}
+
+/// How many endpoints (of `tenant`, or all) are in each health state that some are in. Only
+/// the endpoints that are not active are looked at: every other endpoint is active.
+fn endpoints_by_state(state: &AppState, tenant: Option<&str>) -> BTreeMap<String, u64> {
+    let total = match tenant {
+        Some(t) => state.endpoints.tenant_len(t),
+        None => state.endpoints.len(),
+    };
+    let mut by_state: BTreeMap<String, u64> = BTreeMap::new();
+    let mut not_active = 0;
+    for (name, health) in state.scheduler.not_active() {
+        let ours = state
+            .endpoints
+            .routing(&name)
+            .is_some_and(|r| tenant.is_none() || r.tenant.as_deref() == tenant);
+        if ours {
+            *by_state.entry(health.as_str().to_owned()).or_default() += 1;
+            not_active += 1;
+        }
+    }
+    let active = total.saturating_sub(not_active) as u64;
+    if active > 0 {
+        by_state.insert(EndpointState::Active.as_str().to_owned(), active);
+    }
+    by_state
 }

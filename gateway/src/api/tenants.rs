@@ -1,16 +1,16 @@
 //! Tenants: console tokens that open the console for one tenant (README "Webhooks for your
 //! customers").
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::{Extension, Json};
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
+use super::extract::{BodyBytes, Path};
 use super::tokens::TokenKeys;
 use super::{ApiError, AppState};
 use crate::model::Timestamp;
@@ -27,6 +27,10 @@ pub(crate) struct Me {
     pub(crate) admin: bool,
     /// The tenant a tenant's key or console token is limited to.
     pub(crate) tenant: Option<String>,
+    /// True when the gateway has no API keys (it then listens on loopback only): every caller
+    /// without a console token is an admin, and there is nothing to sign in or out of.
+    #[serde(default)]
+    pub(crate) open: bool,
 }
 
 /// Who the presented key or token stands for: an admin, or a tenant (the console shows what
@@ -35,10 +39,11 @@ pub(crate) struct Me {
     responses((status = 200, description = "The caller", body = Me),
               (status = 401, description = "No key, or an expired console token", body = super::error::ErrorBody),
               (status = 403, description = "A wrong key or token", body = super::error::ErrorBody)))]
-async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
+async fn me(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Json<Me> {
     Json(Me {
         admin: caller.tenant.is_none(),
         tenant: caller.tenant,
+        open: state.config.load().server.api_keys.is_empty(),
     })
 }
 
@@ -77,18 +82,19 @@ async fn console_token(
     State(state): State<AppState>,
     Path(tenant): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyBytes,
 ) -> Result<Json<ConsoleToken>, ApiError> {
     super::events::valid_tenant(&tenant)?;
     let input: ConsoleTokenIn = super::optional_json(&body, "a console token request")?;
     let ttl = match input.ttl.as_deref() {
         None => DEFAULT_TTL,
         Some(text) => crate::policy::parse_duration(text)
-            .ok()
-            .filter(|d| !d.is_zero() && *d <= MAX_TTL)
-            .ok_or_else(|| {
-                ApiError::bad_request("invalid_ttl", format!("ttl `{text}` must be a duration up to 7d"))
-            })?,
+            .map_err(|why| format!("ttl: {why}"))
+            .and_then(|d| match !d.is_zero() && d <= MAX_TTL {
+                true => Ok(d),
+                false => Err(format!("ttl `{text}` must be longer than 0s and at most 7d")),
+            })
+            .map_err(|message| ApiError::bad_request("invalid_ttl", message))?,
     };
     let config = state.config.load();
     let expires_at = state.clock.now().plus(ttl);

@@ -31,6 +31,8 @@ pub(crate) enum TokenError {
 pub(crate) struct TokenClaims {
     pub(crate) tenant: String,
     pub(crate) expires_at: Timestamp,
+    /// The feature flags of a Svix app portal's token: the flagged event types it may see.
+    pub(crate) feature_flags: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -41,6 +43,9 @@ struct Payload {
     e: i64,
     /// The signing key's id.
     k: String,
+    /// The feature flags (left out when none, so that tokens without any read as before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    f: Vec<String>,
 }
 
 /// The keys that sign and verify console tokens, the signing one first.
@@ -85,11 +90,22 @@ impl TokenKeys {
     }
 
     pub(crate) fn issue(&self, tenant: &str, expires_at: Timestamp) -> String {
+        self.issue_with_flags(tenant, expires_at, &[])
+    }
+
+    /// A token that also holds `feature_flags` (Svix's app portal `featureFlags`).
+    pub(crate) fn issue_with_flags(
+        &self,
+        tenant: &str,
+        expires_at: Timestamp,
+        feature_flags: &[String],
+    ) -> String {
         let (id, key) = &self.keys[0];
         let payload = Payload {
             t: tenant.to_owned(),
             e: expires_at.as_millis(),
             k: id.clone(),
+            f: feature_flags.to_vec(),
         };
         let payload = B64.encode(serde_json::to_vec(&payload).expect("a payload serializes"));
         let mac = B64.encode(hmac::sign(key, payload.as_bytes()).as_ref());
@@ -121,6 +137,7 @@ impl TokenKeys {
         Ok(TokenClaims {
             tenant: claims.t,
             expires_at,
+            feature_flags: claims.f,
         })
     }
 }
@@ -162,6 +179,27 @@ mod tests {
         let forged = format!("hgc_{}.{mac}", B64.encode(forged.to_string()));
         assert_eq!(keys.verify(&forged, T0), Err(TokenError::Invalid));
         assert_eq!(keys.verify("hgc_nonsense", T0), Err(TokenError::Invalid));
+    }
+
+    /// A token's feature flags are signed with it: they are read back, and a token whose flags
+    /// were added to is refused.
+    #[test]
+    fn a_token_s_feature_flags_are_signed() {
+        let keys = TokenKeys::of(&server(&["admin-key"], &[]), &Secret::new("x"));
+        let until = Timestamp::from_millis(T0.as_millis() + 3_600_000);
+        let token = keys.issue_with_flags("acme", until, &["beta".to_owned()]);
+        assert_eq!(keys.verify(&token, T0).unwrap().feature_flags, ["beta"]);
+        assert!(
+            keys.verify(&keys.issue("acme", until), T0)
+                .unwrap()
+                .feature_flags
+                .is_empty()
+        );
+        let (payload, mac) = token.strip_prefix("hgc_").unwrap().split_once('.').unwrap();
+        let mut forged: serde_json::Value = serde_json::from_slice(&B64.decode(payload).unwrap()).unwrap();
+        forged["f"] = serde_json::json!(["beta", "internal"]);
+        let forged = format!("hgc_{}.{mac}", B64.encode(forged.to_string()));
+        assert_eq!(keys.verify(&forged, T0), Err(TokenError::Invalid));
     }
 
     /// Rotation: with a new key in front, old tokens still verify until their key is dropped;

@@ -309,7 +309,10 @@ pub(crate) struct EndpointView {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub(crate) filter: Option<serde_json::Value>,
-    pub(crate) history: Vec<HistoryView>,
+    /// Its state changes, newest 100; left out of the pages of `GET /v1/endpoints` (read one
+    /// endpoint for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) history: Option<Vec<HistoryView>>,
     /// What keeps the endpoint's deliveries from working as configured, e.g. `endpoint billing
     /// binds transform plugin "cloudevent" which is not loaded`. Empty when all is well.
     pub(crate) problems: Vec<String>,
@@ -324,15 +327,16 @@ impl EndpointView {
         ep: &EndpointConfig,
         topic_policies: std::collections::BTreeMap<String, String>,
         health: EndpointHealth,
-        history: Vec<HistoryEntry>,
+        history: Option<Vec<HistoryEntry>>,
         problems: Vec<String>,
         now: Timestamp,
     ) -> Self {
         let retiring_until = ep
             .retiring
-            .as_ref()
+            .iter()
             .map(|(_, until)| *until)
-            .filter(|until| now < *until);
+            .filter(|until| now < *until)
+            .max();
         EndpointView {
             name: ep.name.to_string(),
             source: ep.source.as_str().to_owned(),
@@ -358,7 +362,7 @@ impl EndpointView {
             }
             .to_owned(),
             public_keys: public_keys(ep),
-            auth: ep.auth.as_deref().map(|auth| {
+            auth: ep.auth().map(|auth| {
                 match auth {
                     OutboundAuth::Bearer(_) => "bearer",
                     OutboundAuth::Basic { .. } => "basic",
@@ -366,8 +370,11 @@ impl EndpointView {
                 }
                 .to_owned()
             }),
-            client_certificate: ep.route.identity.is_some(),
-            proxy: ep.route.proxy.as_ref().map(ToString::to_string),
+            client_certificate: ep.route().is_some_and(|route| route.identity.is_some()),
+            proxy: ep
+                .route()
+                .and_then(|route| route.proxy.as_ref())
+                .map(ToString::to_string),
             transform: ep.transform.as_ref().map(|b| b.plugin.clone()),
             signer: ep.signer.as_ref().map(|b| b.plugin.clone()),
             backoff: ep.backoff.as_ref().map(|b| b.plugin.clone()),
@@ -379,7 +386,7 @@ impl EndpointView {
             disabled: ep.disabled,
             metadata: ep.metadata.clone(),
             filter: ep.filter.as_ref().map(|f| f.source().clone()),
-            history: history.into_iter().map(HistoryView::from).collect(),
+            history: history.map(|h| h.into_iter().map(HistoryView::from).collect()),
             problems,
         }
     }
@@ -409,7 +416,7 @@ pub(crate) struct SavedEndpoint {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct EndpointList {
     pub(crate) endpoints: Vec<EndpointView>,
-    /// Always null: every endpoint fits in one page.
+    /// The `cursor` of the next page; null on the last.
     pub(crate) next_cursor: Option<String>,
 }
 

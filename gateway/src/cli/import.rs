@@ -9,17 +9,13 @@
 //! so do header values Svix keeps secret (it never shows them): the summary names those.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
-use bytes::Bytes;
 use clap::Args;
-use http::{Method, Request, header};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::Method;
 use indicatif::{ProgressBar, ProgressStyle};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Map, Value, json};
+
+use super::client::{CallError, JsonClient, segment};
 
 #[derive(Debug, Args)]
 pub(super) struct ImportSvix {
@@ -42,58 +38,19 @@ pub(super) struct ImportSvix {
 }
 
 /// One side's Svix API.
-struct Side {
-    base: String,
-    token: Option<String>,
-    client:
-        Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>,
-}
+struct Side(JsonClient);
 
 /// Rows asked for per page of a list.
 const PAGE: u32 = 250;
 
 impl Side {
     fn new(base: &str, token: Option<String>) -> Side {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
-        Side {
-            base: base.trim_end_matches('/').to_owned(),
-            token,
-            client: Client::builder(TokioExecutor::new()).build(https),
-        }
+        Side(JsonClient::new(base, token))
     }
 
     /// Sends a request; a 2xx answer's JSON (null for none), or what the error answer says.
-    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, String> {
-        let mut request = Request::builder()
-            .method(method.clone())
-            .uri(format!("{}{path}", self.base))
-            .header(header::ACCEPT, "application/json");
-        if let Some(token) = &self.token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let payload = match body {
-            Some(v) => {
-                request = request.header(header::CONTENT_TYPE, "application/json");
-                Bytes::from(v.to_string())
-            }
-            None => Bytes::new(),
-        };
-        let request = request.body(Full::new(payload)).map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(Duration::from_secs(30), self.client.request(request))
-            .await
-            .map_err(|_| format!("{} did not answer within 30 s", self.base))?
-            .map_err(|e| format!("cannot reach {}: {e}", self.base))?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, CallError> {
+        let (status, bytes) = self.0.send(method.clone(), path, body, &[]).await?;
         let value: Value = if bytes.is_empty() {
             Value::Null
         } else {
@@ -107,11 +64,15 @@ impl Side {
             .get("detail")
             .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned))
             .unwrap_or_else(|| value.to_string());
-        Err(format!("{method} {}{path}: {status}: {detail}", self.base))
+        Err(CallError::Refused {
+            status,
+            code: format!("{method} {}{path}", self.0.base()),
+            message: detail,
+        })
     }
 
     /// Every item of a Svix list, page after page.
-    async fn all(&self, path: &str) -> Result<Vec<Value>, String> {
+    async fn all(&self, path: &str) -> Result<Vec<Value>, CallError> {
         let mut items = Vec::new();
         let mut iterator: Option<String> = None;
         loop {
@@ -133,10 +94,6 @@ impl Side {
             }
         }
     }
-}
-
-fn segment(text: &str) -> String {
-    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
 }
 
 /// What was (or, with `--dry-run`, would be) copied.
@@ -165,14 +122,10 @@ struct Endpoint {
 }
 
 pub(super) fn run(args: ImportSvix) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start a runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(result) = super::block_on(import(&args)) else {
+        return ExitCode::FAILURE;
     };
-    match runtime.block_on(import(&args)) {
+    match result {
         Ok(summary) => {
             let verb = if args.dry_run { "would copy" } else { "copied" };
             println!(
@@ -195,7 +148,7 @@ pub(super) fn run(args: ImportSvix) -> ExitCode {
     }
 }
 
-async fn import(args: &ImportSvix) -> Result<Summary, String> {
+async fn import(args: &ImportSvix) -> Result<Summary, CallError> {
     let svix = Side::new(&args.url, Some(args.token.clone()));
     let gateway = Side::new(&args.gateway, args.api_key.clone());
     let bar = ProgressBar::new_spinner();
@@ -229,7 +182,7 @@ async fn import(args: &ImportSvix) -> Result<Summary, String> {
     Ok(summary)
 }
 
-async fn read(svix: &Side, bar: &ProgressBar) -> Result<Source, String> {
+async fn read(svix: &Side, bar: &ProgressBar) -> Result<Source, CallError> {
     let event_types = svix
         .all("/api/v1/event-type?include_archived=true&with_content=true")
         .await?;
@@ -278,7 +231,7 @@ fn key_of(object: &Value) -> String {
         .to_owned()
 }
 
-async fn write(gateway: &Side, source: &Source, bar: &ProgressBar) -> Result<(), String> {
+async fn write(gateway: &Side, source: &Source, bar: &ProgressBar) -> Result<(), CallError> {
     for event_type in &source.event_types {
         let name = event_type["name"].as_str().unwrap_or_default();
         let body = pick(
@@ -321,7 +274,7 @@ async fn write(gateway: &Side, source: &Source, bar: &ProgressBar) -> Result<(),
     Ok(())
 }
 
-async fn write_endpoint(gateway: &Side, app_key: &str, ep: &Endpoint) -> Result<(), String> {
+async fn write_endpoint(gateway: &Side, app_key: &str, ep: &Endpoint) -> Result<(), CallError> {
     let ep_key = key_of(&ep.fields);
     let mut body = pick(
         &ep.fields,

@@ -11,16 +11,11 @@ use crate::store::{CopyProgress, copy_sqlite_to_postgres};
 /// Copies the store and prints what was copied; the URL is never printed (it may hold a
 /// password).
 pub(super) fn run(from: &Path, to: &str) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start a runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     // On stderr, and only on a terminal (indicatif hides it otherwise).
     let mut progress = Progress::new(ProgressDrawTarget::stderr);
-    let result = runtime.block_on(copy_sqlite_to_postgres(from, to, |p| progress.show(p)));
+    let Some(result) = super::block_on(copy_sqlite_to_postgres(from, to, |p| progress.show(p))) else {
+        return ExitCode::FAILURE;
+    };
     progress.finish();
     match result {
         Ok(copied) => {
@@ -28,8 +23,11 @@ pub(super) fn run(from: &Path, to: &str) -> ExitCode {
                 say!("{table:>16}: {rows} rows");
             }
             say!(
-                "copied {} into PostgreSQL; point storage.url at it and start the gateway",
-                from.display()
+                "copied {} into PostgreSQL; point storage.url at it, set storage.encryption_key to \
+                 the SQLite store's key (the secrets are copied encrypted under it: the contents of \
+                 {}, or its storage.encryption_key) and start the gateway",
+                from.display(),
+                crate::store::key_file_of(from).display()
             );
             ExitCode::SUCCESS
         }

@@ -1,6 +1,7 @@
 //! The `hookgate` command line (README "Command line"): `serve`, `config check|schema`, `policy
 //! preview`, `plugin check|new`, and the operator commands that talk to a running gateway's API.
 
+mod client;
 mod import;
 
 /// `println!` for a command's output: when the reader has gone (`hookgate deliveries | head`),
@@ -17,6 +18,7 @@ macro_rules! say {
 mod migrate;
 mod new_plugin;
 mod ops;
+mod storage;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,6 +77,11 @@ enum Command {
         /// Do not watch the config file; reload only on SIGHUP.
         #[arg(long)]
         no_watch: bool,
+        /// Listen on ADDR (ip:port) instead of the file's `server.listen` or the embedded
+        /// default's 127.0.0.1:8080; a reload keeps it. Without API keys it must be a loopback
+        /// address.
+        #[arg(long, value_name = "ADDR", env = "HOOKGATE_LISTEN")]
+        listen: Option<std::net::SocketAddr>,
     },
     /// Check or describe config files.
     Config {
@@ -104,14 +111,30 @@ enum Command {
         #[arg(long, env = "HOOKGATE_MIGRATE_TO", hide_env_values = true)]
         to: String,
     },
+    /// Copy a running gateway's SQLite store to PATH: a consistent copy (the database as of one
+    /// commit), made while it ingests. The copy's secrets stay encrypted: it is usable only
+    /// with the store's key (README "Operations").
+    Backup {
+        /// The gateway's config file (for `storage.path`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The file to write (it must not exist).
+        #[arg(long, value_name = "PATH")]
+        to: PathBuf,
+    },
+    /// Commands on the store's encryption.
+    Storage {
+        #[command(subcommand)]
+        command: StorageCommand,
+    },
     /// Copy another webhook service's setup into a running hookgate.
     Import {
         #[command(subcommand)]
         source: ImportSource,
     },
-    /// Make a signing key pair: `hookgate keygen ed25519` prints a `whsk_` private key (the
-    /// endpoint's `secret` with `signature: ed25519`) and its `whpk_` public key (for the
-    /// receiver).
+    /// Make a key: `hookgate keygen ed25519` prints a `whsk_` private key (the endpoint's
+    /// `secret` with `signature: ed25519`) and its `whpk_` public key (for the receiver);
+    /// `hookgate keygen storage` a storage encryption key (`storage.encryption_key`).
     Keygen {
         /// The kind of key pair.
         #[arg(value_enum)]
@@ -140,9 +163,23 @@ enum ImportSource {
     Svix(import::ImportSvix),
 }
 
+#[derive(Debug, Subcommand)]
+enum StorageCommand {
+    /// Encrypt every secret the store keeps again under `storage.encryption_key`, those under
+    /// `storage.previous_encryption_keys` included; afterwards the previous keys can go. Safe
+    /// while the gateway runs (give it the new key, the old one as previous, first).
+    Rekey {
+        /// The gateway's config file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum KeyScheme {
     Ed25519,
+    /// A storage encryption key (`storage.encryption_key`): base64 of 32 random bytes.
+    Storage,
 }
 
 #[derive(Debug, Subcommand)]
@@ -202,17 +239,38 @@ enum PluginCommand {
     },
 }
 
-fn parse_config_entry(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_owned(), value.to_owned())),
-        _ => Err(format!("`{s}` is not KEY=VALUE")),
+/// Runs a one-off command's future on a runtime of its own, of one thread: a command waits on
+/// one thing at a time. None when no runtime can start, which is said on stderr.
+fn block_on<F: Future>(future: F) -> Option<F::Output> {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => Some(runtime.block_on(future)),
+        Err(e) => {
+            eprintln!("error: cannot start a runtime: {e}");
+            None
+        }
     }
 }
 
-fn parse_time_scale(s: &str) -> Result<f64, String> {
+/// A command-line value that clap's own parsers do not check; clap prints it with the flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ArgError {
+    #[error("`{0}` is not KEY=VALUE")]
+    NotKeyValue(String),
+    #[error("`{0}` is not a positive number")]
+    NotPositive(String),
+}
+
+fn parse_config_entry(s: &str) -> Result<(String, String), ArgError> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_owned(), value.to_owned())),
+        _ => Err(ArgError::NotKeyValue(s.to_owned())),
+    }
+}
+
+fn parse_time_scale(s: &str) -> Result<f64, ArgError> {
     match s.parse::<f64>() {
         Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
-        _ => Err(format!("`{s}` is not a positive number")),
+        _ => Err(ArgError::NotPositive(s.to_owned())),
     }
 }
 
@@ -287,18 +345,57 @@ fn run(cli: Cli) -> ExitCode {
             config,
             time_scale,
             no_watch,
-        } => serve(config.as_deref(), time_scale, !no_watch),
-        Command::Config {
-            command: ConfigCommand::Check { file },
-        } => match config::load_file(&file) {
+            listen,
+        } => serve(
+            config.as_deref(),
+            &config::Overrides { listen },
+            time_scale,
+            !no_watch,
+        ),
+        Command::Config { command } => config_command(command),
+        Command::Policy {
+            command: PolicyCommand::Preview { name, config, svg },
+        } => preview(&name, config.as_deref(), svg.as_deref()),
+        Command::Plugin { command } => plugin_command(command),
+        Command::Ops(command) => ops::run(command),
+        Command::Migrate { from, to } => migrate::run(&from, &to),
+        Command::Import {
+            source: ImportSource::Svix(args),
+        } => import::run(args),
+        Command::Keygen {
+            scheme: KeyScheme::Ed25519,
+        } => keygen_ed25519(),
+        Command::Keygen {
+            scheme: KeyScheme::Storage,
+        } => {
+            say!("{}", crate::store::EncryptionKey::generate().to_base64());
+            ExitCode::SUCCESS
+        }
+        Command::Backup { config, to } => match load_config(config.as_deref(), &config::Overrides::default())
+        {
+            Ok(config) => storage::backup(&config, &to),
+            Err(code) => code,
+        },
+        Command::Storage {
+            command: StorageCommand::Rekey { config },
+        } => match load_config(config.as_deref(), &config::Overrides::default()) {
+            Ok(config) => storage::rekey(config),
+            Err(code) => code,
+        },
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hookgate", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => man_pages(dir.as_deref()),
+    }
+}
+
+/// `hookgate config check FILE` and `hookgate config schema`.
+fn config_command(command: ConfigCommand) -> ExitCode {
+    match command {
+        ConfigCommand::Check { file } => match config::load_file(&file) {
             Ok(c) => {
-                say!(
-                    "{}: ok ({} topics, {} endpoints, {} policies)",
-                    file.display(),
-                    c.topics.len(),
-                    c.endpoints.len(),
-                    c.policies.len()
-                );
+                say!("{}: ok ({})", file.display(), checked(&c));
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -306,21 +403,20 @@ fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Config {
-            command: ConfigCommand::Schema,
-        } => {
+        ConfigCommand::Schema => {
             say!(
                 "{}",
                 serde_json::to_string_pretty(&config::json_schema()).expect("serializes")
             );
             ExitCode::SUCCESS
         }
-        Command::Policy {
-            command: PolicyCommand::Preview { name, config, svg },
-        } => preview(&name, config.as_deref(), svg.as_deref()),
-        Command::Plugin {
-            command: PluginCommand::Check { file, config },
-        } => match crate::plugins::check_file_with_config(
+    }
+}
+
+/// `hookgate plugin check FILE` and `hookgate plugin new NAME`.
+fn plugin_command(command: PluginCommand) -> ExitCode {
+    match command {
+        PluginCommand::Check { file, config } => match crate::plugins::check_file_with_config(
             &file,
             &crate::plugins::PluginLimits::default(),
             &config.into_iter().collect(),
@@ -334,19 +430,14 @@ fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Plugin {
-            command:
-                PluginCommand::New {
-                    name,
-                    kind,
-                    lang,
-                    dir,
-                },
+        PluginCommand::New {
+            name,
+            kind,
+            lang,
+            dir,
         } => match new_plugin::write(&dir, &name, kind, lang) {
             Ok(files) => {
-                for file in files {
-                    say!("{}", file.display());
-                }
+                say!("{}", new_plugin::summary(&dir, &name, kind, lang, &files));
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -354,20 +445,35 @@ fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Ops(command) => ops::run(command),
-        Command::Migrate { from, to } => migrate::run(&from, &to),
-        Command::Import {
-            source: ImportSource::Svix(args),
-        } => import::run(args),
-        Command::Keygen {
-            scheme: KeyScheme::Ed25519,
-        } => keygen_ed25519(),
-        Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "hookgate", &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
-        Command::Man { dir } => man_pages(dir.as_deref()),
     }
+}
+
+/// What `config check` found, saying which topics and policies the file did not write: the
+/// Svix API's built-in topic, the operator topic `health.operator_topic` names and the preset
+/// policies are counted apart.
+fn checked(config: &Config) -> String {
+    let count = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let svix = config::defaults::SVIX_TOPIC;
+    let operator = config.health.operator_topic.as_deref().filter(|t| *t != svix);
+    let own_topics = config
+        .topics
+        .keys()
+        .filter(|t| *t != svix && Some(t.as_str()) != operator)
+        .count();
+    let mut topics = count(own_topics, "topic", "topics");
+    if let Some(operator) = operator {
+        topics.push_str(&format!(", the operator topic `{operator}`"));
+    }
+    let presets = crate::policy::Policy::presets().len();
+    format!(
+        "{topics} and the built-in `{svix}`; {}; {} and the {presets} presets",
+        count(config.file_endpoints.len(), "endpoint", "endpoints"),
+        count(
+            config.policies.len().saturating_sub(presets),
+            "policy",
+            "policies"
+        ),
+    )
 }
 
 /// The manual page of the command line as clap knows it, so that it never disagrees with
@@ -402,18 +508,19 @@ fn keygen_ed25519() -> ExitCode {
     }
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, ExitCode> {
-    match path {
-        None => Ok(Config::embedded_default()),
-        Some(p) => config::load_file(p).map_err(|e| {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }),
-    }
+fn load_config(path: Option<&Path>, overrides: &config::Overrides) -> Result<Config, ExitCode> {
+    let loaded = match path {
+        None => Config::embedded_default_with(overrides),
+        Some(p) => config::load_file_with(p, overrides),
+    };
+    loaded.map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn preview(name: &str, config: Option<&Path>, svg: Option<&Path>) -> ExitCode {
-    let config = match load_config(config) {
+    let config = match load_config(config, &config::Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -436,13 +543,18 @@ fn preview(name: &str, config: Option<&Path>, svg: Option<&Path>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn serve(config_path: Option<&Path>, time_scale: Option<f64>, watch_config: bool) -> ExitCode {
-    let config = match load_config(config_path) {
+fn serve(
+    config_path: Option<&Path>,
+    overrides: &config::Overrides,
+    time_scale: Option<f64>,
+    watch_config: bool,
+) -> ExitCode {
+    let config = match load_config(config_path, overrides) {
         Ok(c) => c,
         Err(code) => return code,
     };
     if config_path.is_none() {
-        tracing::info!("no --config: running on the embedded default (loopback, ./data/hookgate.db)");
+        tracing::info!(listen = %config.server.listen, "no --config: running on the embedded default (loopback, ./data/hookgate.db)");
     }
     let clock: Arc<dyn Clock> = match time_scale {
         Some(f) => {
@@ -493,7 +605,7 @@ async fn wait_for_stop_signal(gateway: &Gateway) {
             _ = int.recv() => return,
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: reloading the config");
-                reloader.reload_from_file();
+                reloader.reload_from_file().await;
             }
         }
     }
@@ -525,6 +637,33 @@ mod tests {
         let mut missing = Vec::new();
         walk(&Cli::command(), "hookgate", &mut missing);
         assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
+
+    /// `config check` counted the built-in `svix` topic and the preset policies without saying
+    /// so ("3 topics" for a file with two): it says which are the file's.
+    #[test]
+    fn config_check_says_which_topics_and_policies_are_built_in() {
+        let c = config::load_str(
+            "policies:\n  fast:\n    schedule: [0s, 5s]\ntopics:\n  orders: {}\n  users: {}\nendpoints:\n  e:\n    url: https://e.example/\n    topics: [orders]\n",
+            "t.yaml",
+            None,
+            |_| None,
+        )
+        .unwrap();
+        let with_ops =
+            config::load_str("health:\n  operator_topic: ops\n", "t.yaml", None, |_| None).unwrap();
+        assert_eq!(
+            checked(&with_ops),
+            "0 topics, the operator topic `ops` and the built-in `svix`; 0 endpoints; 0 policies and the 4 presets"
+        );
+        assert_eq!(
+            checked(&c),
+            "2 topics and the built-in `svix`; 1 endpoint; 1 policy and the 4 presets"
+        );
+        assert_eq!(
+            checked(&Config::embedded_default()),
+            "1 topic and the built-in `svix`; 0 endpoints; 0 policies and the 4 presets"
+        );
     }
 
     #[test]

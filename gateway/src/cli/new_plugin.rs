@@ -59,7 +59,7 @@ pub(crate) fn write(dir: &Path, name: &str, kind: Kind, lang: Lang) -> anyhow::R
         anyhow::bail!("`{name}` is not a plugin name: lower-case letters, digits and `-`");
     }
     let files = files(name, kind, lang)?;
-    let root = dir.join(name);
+    let root = project_dir(dir, name);
     if root.exists() {
         anyhow::bail!("{} exists already", root.display());
     }
@@ -75,18 +75,95 @@ pub(crate) fn write(dir: &Path, name: &str, kind: Kind, lang: Lang) -> anyhow::R
     Ok(written)
 }
 
-/// The project's files, by path inside its folder.
-fn files(name: &str, kind: Kind, lang: Lang) -> anyhow::Result<Vec<(String, String)>> {
-    let fill = |template: &str| {
-        template
-            .replace("NAME", name)
-            .replace("CRATE", &name.replace('-', "_"))
-    };
-    let world = match kind {
+fn project_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+fn world(kind: Kind) -> &'static str {
+    match kind {
         Kind::Transform => "transformer",
         Kind::Signer => "signer",
         Kind::Backoff => "backoff",
+    }
+}
+
+/// What `plugin new` says once it wrote the project: the folder and its files, and the
+/// commands that take it to a loaded plugin (the same as its README's), then the binding.
+pub(crate) fn summary(dir: &Path, name: &str, kind: Kind, lang: Lang, files: &[PathBuf]) -> String {
+    let root = project_dir(dir, name);
+    let language = match lang {
+        Lang::Rust => "Rust",
+        Lang::Python => "Python",
+        Lang::Js => "JavaScript",
     };
+    let role = match kind {
+        Kind::Transform => "transform",
+        Kind::Signer => "signer",
+        Kind::Backoff => "backoff",
+    };
+    let mut out = format!(
+        "created {}: a {} plugin `{name}` in {language}\n",
+        root.display(),
+        world(kind)
+    );
+    for file in files {
+        out.push_str(&format!("  {}\n", file.display()));
+    }
+    out.push_str(&format!("next, in {}:\n", root.display()));
+    for step in fill(steps(lang), name, kind, lang).lines() {
+        out.push_str(&format!("  {step}\n"));
+    }
+    out.push_str(&format!(
+        "then bind it to an endpoint: `{role}: {{ plugin: {name} }}` (README.md in the project has these steps)"
+    ));
+    out
+}
+
+/// The commands, run in the project's folder, that take it to a plugin in the plugin folder:
+/// the project's README gives them (`STEPS`), and `plugin new` prints them.
+fn steps(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Rust => {
+            "rustup target add wasm32-wasip2
+cargo build --release
+hookgate plugin check target/wasm32-wasip2/release/CRATE.wasm
+cp target/wasm32-wasip2/release/CRATE.wasm /path/to/plugins/NAME.wasm"
+        }
+        Lang::Python => {
+            "python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1
+.venv/bin/componentize-py -d wit -w WORLD componentize app -o NAME.wasm
+hookgate plugin check NAME.wasm
+cp NAME.wasm /path/to/plugins/NAME.wasm"
+        }
+        Lang::Js => {
+            "hookgate plugin check NAME.js
+cp NAME.js /path/to/plugins/NAME.js"
+        }
+    }
+}
+
+/// A template with the plugin's names in it; `STEPS` becomes `lang`'s steps, indented as a
+/// code block of Markdown.
+fn fill(template: &str, name: &str, kind: Kind, lang: Lang) -> String {
+    template
+        .replace("STEPS", &indented(steps(lang)))
+        .replace("WORLD", world(kind))
+        .replace("NAME", name)
+        .replace("CRATE", &name.replace('-', "_"))
+}
+
+fn indented(lines: &str) -> String {
+    lines
+        .lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The project's files, by path inside its folder.
+fn files(name: &str, kind: Kind, lang: Lang) -> anyhow::Result<Vec<(String, String)>> {
+    let fill = |template: &str| fill(template, name, kind, lang);
+    let world = world(kind);
     let mut files = Vec::new();
     match (lang, kind) {
         (Lang::Rust, _) => {
@@ -157,14 +234,14 @@ const RUST_TRANSFORM: &str = r#"//! NAME: a hookgate transform. Adds `x-event-la
 use hookgate_plugin::transformer::*;
 
 #[hookgate_plugin::transform]
-fn transform(_endpoint: EndpointInfo, event: EventInfo, _delivery: DeliveryInfo, mut message: Message)
+fn transform(_endpoint: EndpointInfo, event: EventInfo, _delivery: DeliveryInfo, _message: &Message)
     -> Result<Outcome, PluginError> {
     if config::get("drop_type").as_deref() == Some(event.event_type.as_str()) {
         return Ok(Outcome::Drop(format!("{} is not sent", event.event_type)));
     }
+    // An edit, not a new message: the body is sent as it is, and never copied into the plugin.
     let label = config::get("label").unwrap_or(event.event_type);
-    message.headers.push(("x-event-label".into(), label.into_bytes()));
-    Ok(Outcome::Forward(message))
+    Ok(Outcome::Forward(Edits::new().set_header("x-event-label", label)))
 }
 "#;
 
@@ -175,11 +252,11 @@ const RUST_SIGNER: &str = r#"//! NAME: a hookgate signer. Adds `x-signature: sha
 use hookgate_plugin::signer::*;
 
 #[hookgate_plugin::sign]
-fn sign(_endpoint: EndpointInfo, _delivery: DeliveryInfo, message: Message, key: &SigningKey)
-    -> Result<Headers, PluginError> {
-    let mac = crypto::hmac(key, KeyForm::AsWritten, HashAlgorithm::Sha256, &message.body);
+fn sign(_endpoint: EndpointInfo, _delivery: DeliveryInfo, message: &Message, key: &SigningKey)
+    -> Result<Edits, PluginError> {
+    let mac = crypto::hmac(key, KeyForm::AsWritten, HashAlgorithm::Sha256, message.body());
     let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(vec![("x-signature".into(), format!("sha256={hex}").into_bytes())])
+    Ok(Edits::new().set_header("x-signature", format!("sha256={hex}")))
 }
 "#;
 
@@ -207,10 +284,7 @@ const RUST_README: &str = r#"# NAME
 A hookgate WORLD plugin in Rust, on the plugin kit (`hookgate-plugin/`, a copy of the kit
 of the hookgate release that wrote this project).
 
-    rustup target add wasm32-wasip2
-    cargo build --release
-    hookgate plugin check target/wasm32-wasip2/release/CRATE.wasm
-    cp target/wasm32-wasip2/release/CRATE.wasm /path/to/plugins/NAME.wasm
+STEPS
 
 Then bind it to an endpoint (`transform: { plugin: NAME }`, `signer:` or `backoff:`).
 The contract, the limits and how failures show up: docs/writing-a-plugin.md.
@@ -228,18 +302,16 @@ class WitWorld(wit_world.WitWorld):
         if config.get("drop_type") == event.event_type:
             return types.Outcome_Drop(f"{event.event_type} is not sent")
         label = config.get("label") or event.event_type
-        headers = list(message.headers) + [("X-Event-Label", label.encode())]
-        return types.Outcome_Forward(types.Message(headers, message.body))
+        # The request is lent (message.header(name), message.header_block(), message.body()):
+        # answer edits (headers to remove, headers to set, a new body or None).
+        return types.Outcome_Forward(types.Edits([], [("X-Event-Label", label.encode())], None))
 "#;
 
 const PYTHON_README: &str = r#"# NAME
 
 A hookgate WORLD plugin in Python, built with componentize-py (PyPI):
 
-    python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1
-    .venv/bin/componentize-py -d wit -w WORLD componentize app -o NAME.wasm
-    hookgate plugin check NAME.wasm
-    cp NAME.wasm /path/to/plugins/NAME.wasm
+STEPS
 
 Then bind it to an endpoint: `transform: { plugin: NAME }`. Python components are large
 (about 18 MB) and take tens of seconds to compile on first load: docs/writing-a-plugin.md.
@@ -263,9 +335,41 @@ const JS_README: &str = r#"# NAME
 A JavaScript transformation. Check it, then drop it into the plugin folder as it is: it is
 plugin `NAME`, run by the bundled `js` plugin, and reloaded when the file changes.
 
-    hookgate plugin check NAME.js
-    cp NAME.js /path/to/plugins/NAME.js
+STEPS
 
 Then bind it to an endpoint: `transform: { plugin: NAME }`. What `webhook` holds and what
 the handler may change: docs/writing-a-plugin.md, "JavaScript transformations".
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each project's README gives the steps `plugin new` prints, with the plugin's names in.
+    #[test]
+    fn the_readme_and_the_summary_give_the_same_steps() {
+        for (kind, lang) in [
+            (Kind::Signer, Lang::Rust),
+            (Kind::Transform, Lang::Python),
+            (Kind::Transform, Lang::Js),
+        ] {
+            let files = files("my-plugin", kind, lang).unwrap();
+            let readme = &files.iter().find(|(path, _)| path == "README.md").unwrap().1;
+            let summary = summary(Path::new("."), "my-plugin", kind, lang, &[]);
+            let steps: Vec<&str> = summary
+                .lines()
+                .skip_while(|l| !l.starts_with("next, in ./my-plugin:"))
+                .skip(1)
+                .take_while(|l| l.starts_with("  "))
+                .collect();
+            assert!(!steps.is_empty(), "{summary}");
+            for step in steps {
+                assert!(readme.contains(&format!("  {step}\n")), "{step}\n{readme}");
+                assert!(!step.contains("NAME") && !step.contains("CRATE") && !step.contains("WORLD"));
+            }
+        }
+        let rust = summary(Path::new("."), "my-plugin", Kind::Signer, Lang::Rust, &[]);
+        assert!(rust.contains("  hookgate plugin check target/wasm32-wasip2/release/my_plugin.wasm\n"));
+        assert!(rust.ends_with("`signer: { plugin: my-plugin }` (README.md in the project has these steps)"));
+    }
+}

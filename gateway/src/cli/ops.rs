@@ -5,16 +5,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use http::{Method, Request, header};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::Method;
 use indicatif::{ProgressBar, ProgressStyle};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::client::{CallError, JsonClient, segment};
 use crate::api::views::{
     ClusterNodesView, DeliveryList, DeliveryView, EndpointList, EndpointView, Reenabled, ReplayOutcome,
     SavedEndpoint, Summary, TestOutcome,
@@ -38,10 +35,14 @@ pub(super) struct Target {
 #[derive(Debug, Subcommand)]
 pub(super) enum OpsCommand {
     /// Exit 0 when the gateway answers `GET /healthz`, 1 otherwise: a container's
-    /// `HEALTHCHECK` (an image from scratch has no curl).
+    /// `HEALTHCHECK` (an image from scratch has no curl). With --ready, `GET /readyz`: exit 0
+    /// only while the gateway can take events.
     Healthcheck {
         #[command(flatten)]
         target: Target,
+        /// Ask whether the gateway is ready (can take events), not only alive.
+        #[arg(long)]
+        ready: bool,
     },
     /// The nodes sharing the gateway's database: each one's state (alive, lapsed: not seen
     /// for longer than a lease, left: stopped cleanly), when it was last seen, and the
@@ -50,8 +51,20 @@ pub(super) enum OpsCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// List endpoints with their health.
+    /// List endpoints with their health, by name, a page at a time.
     Endpoints {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only those in this state: active, degraded, paused or disabled.
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many (1-500).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Where the page starts: the cursor the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -144,7 +157,9 @@ pub(super) enum EndpointAction {
         name: String,
     },
     /// Send a test event to an endpoint now and print what became of it (the endpoint's
-    /// state and counters do not change).
+    /// state and counters do not change). Exit status: 0 delivered, 3 not delivered (refused,
+    /// failed or dropped by a plugin), 1 no answer from the gateway (or an error such as an
+    /// unknown endpoint).
     Test {
         /// The endpoint.
         name: String,
@@ -194,12 +209,12 @@ pub(super) struct EndpointKeys {
 
 impl EndpointKeys {
     /// The request body: `--json`, with the flags given set over it.
-    fn body(self) -> Result<Value, String> {
+    fn body(self) -> anyhow::Result<Value> {
         let mut body = match self.json.as_deref() {
             None => serde_json::Map::new(),
             Some(text) => match serde_json::from_str(text) {
                 Ok(Value::Object(map)) => map,
-                _ => return Err("--json must be a JSON object".into()),
+                _ => anyhow::bail!("--json must be a JSON object"),
             },
         };
         let mut set = |key: &str, value: Option<Value>| {
@@ -217,18 +232,6 @@ impl EndpointKeys {
     }
 }
 
-struct ApiClient {
-    base: String,
-    api_key: Option<String>,
-    client:
-        Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>,
-}
-
-/// A path segment (an endpoint name, a delivery id) as it may stand in a URL.
-fn segment(text: &str) -> String {
-    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
-}
-
 /// `path?query`, the query encoded from `(key, value)` pairs (`None` values left out).
 fn with_query(path: &str, pairs: &[(&str, Option<String>)]) -> String {
     let present: Vec<(&str, &str)> = pairs
@@ -241,21 +244,15 @@ fn with_query(path: &str, pairs: &[(&str, Option<String>)]) -> String {
     }
 }
 
+/// The gateway's API, with the key of `--api-key`.
+struct ApiClient(JsonClient);
+
 impl ApiClient {
-    fn new(target: &Target) -> Result<Self, String> {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
-        Ok(ApiClient {
-            base: target.url.trim_end_matches('/').to_owned(),
-            api_key: target.api_key.clone(),
-            client: Client::builder(TokioExecutor::new()).build(https),
-        })
+    fn new(target: &Target) -> Self {
+        ApiClient(JsonClient::new(&target.url, target.api_key.clone()))
     }
 
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, String> {
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CallError> {
         self.call(Method::GET, path, None, &[]).await
     }
 
@@ -264,7 +261,7 @@ impl ApiClient {
         path: &str,
         body: Option<Value>,
         extra: &[(&str, &str)],
-    ) -> Result<T, String> {
+    ) -> Result<T, CallError> {
         self.call(Method::POST, path, body, extra).await
     }
 
@@ -275,35 +272,8 @@ impl ApiClient {
         path: &str,
         body: Option<Value>,
         extra: &[(&str, &str)],
-    ) -> Result<T, String> {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        if let Some(key) = &self.api_key {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {key}"));
-        }
-        for (name, value) in extra {
-            request = request.header(*name, *value);
-        }
-        let payload = match body {
-            Some(v) => {
-                request = request.header(header::CONTENT_TYPE, "application/json");
-                Bytes::from(v.to_string())
-            }
-            None => Bytes::new(),
-        };
-        let request = request.body(Full::new(payload)).map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(Duration::from_secs(30), self.client.request(request))
-            .await
-            .map_err(|_| format!("{} did not answer within 30 s", self.base))?
-            .map_err(|e| format!("cannot reach {}: {e}", self.base))?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+    ) -> Result<T, CallError> {
+        let (status, bytes) = self.0.send(method, path, body.as_ref(), extra).await?;
         // A 204 has no body: read it as `null`.
         let bytes = if bytes.is_empty() {
             Bytes::from_static(b"null")
@@ -312,12 +282,22 @@ impl ApiClient {
         };
         if !status.is_success() {
             let error: ErrorAnswer = serde_json::from_slice(&bytes).unwrap_or_default();
-            let code = error.error.code.as_deref().unwrap_or("error");
-            let message = error.error.message.as_deref().unwrap_or("no details");
-            return Err(format!("{status}: {code}: {}", key_hint(status, code, message)));
+            let code = error.error.code.or(error.readiness.code);
+            let message = error.error.message.or(error.readiness.message);
+            let (code, message) = (
+                code.as_deref().unwrap_or("error"),
+                message.as_deref().unwrap_or("no details"),
+            );
+            return Err(CallError::Refused {
+                status,
+                code: code.to_owned(),
+                message: key_hint(status, code, message),
+            });
         }
-        serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{status}: an answer this command does not understand: {e}"))
+        serde_json::from_slice(&bytes).map_err(|e| CallError::Unreadable {
+            status,
+            detail: e.to_string(),
+        })
     }
 }
 
@@ -333,15 +313,19 @@ fn key_hint(status: http::StatusCode, code: &str, message: &str) -> String {
     }
 }
 
-/// The API's error shape, read leniently: a proxy in between may answer something else.
+/// The API's error shape, read leniently: a proxy in between may answer something else. A
+/// `/readyz` that is not ready says why at the top level (`reason`, `message`).
 #[derive(Debug, Default, Deserialize)]
 struct ErrorAnswer {
     #[serde(default)]
     error: ErrorFields,
+    #[serde(flatten)]
+    readiness: ErrorFields,
 }
 
 #[derive(Debug, Default, Deserialize)]
 struct ErrorFields {
+    #[serde(alias = "reason")]
     code: Option<String>,
     message: Option<String>,
 }
@@ -374,46 +358,51 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) {
 }
 
 pub(super) fn run(command: OpsCommand) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(result) = super::block_on(execute(command)) else {
+        return ExitCode::FAILURE;
     };
-    match runtime.block_on(execute(command)) {
-        Ok(()) => ExitCode::SUCCESS,
+    match result {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn execute(command: OpsCommand) -> Result<(), String> {
+/// `hookgate endpoint test`'s exit status when the gateway made the test call but the endpoint
+/// did not take the event, so that a script can tell it from a failure of the command itself
+/// (1, as every command) and from a usage error (2, clap's).
+const NOT_DELIVERED: u8 = 3;
+
+async fn execute(command: OpsCommand) -> anyhow::Result<ExitCode> {
     match command {
-        OpsCommand::Healthcheck { target } => {
-            let _: Value = ApiClient::new(&target)?.get("/healthz").await?;
+        OpsCommand::Healthcheck { target, ready } => {
+            let path = if ready { "/readyz" } else { "/healthz" };
+            let _: Value = ApiClient::new(&target).get(path).await?;
             println!("ok");
         }
         OpsCommand::Cluster { target } => {
-            let view: ClusterNodesView = ApiClient::new(&target)?.get("/v1/cluster").await?;
+            let view: ClusterNodesView = ApiClient::new(&target).get("/v1/cluster").await?;
             print_nodes(&view);
         }
-        OpsCommand::Endpoints { target } => {
-            let list: EndpointList = ApiClient::new(&target)?.get("/v1/endpoints").await?;
-            print_endpoints(&list);
+        OpsCommand::Endpoints {
+            tenant,
+            state,
+            limit,
+            cursor,
+            target,
+        } => {
+            let query = [
+                ("limit", Some(limit.to_string())),
+                ("tenant", tenant),
+                ("state", state),
+                ("cursor", cursor),
+            ];
+            list_endpoints(&ApiClient::new(&target), &query).await?;
         }
         OpsCommand::Endpoint { name, action, target } => {
-            let api = ApiClient::new(&target)?;
-            match (name, action) {
-                (Some(name), None) => {
-                    let e: EndpointView = api.get(&format!("/v1/endpoints/{}", segment(&name))).await?;
-                    print_endpoint(&e);
-                }
-                (_, Some(action)) => endpoint_action(&api, action).await?,
-                (None, None) => return Err("name an endpoint, or create|update|delete|rotate-secret".into()),
-            }
+            return endpoint_command(&ApiClient::new(&target), name, action).await;
         }
         OpsCommand::Deliveries {
             endpoint,
@@ -421,29 +410,22 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             limit,
             target,
         } => {
-            let path = with_query(
-                "/v1/deliveries",
-                &[
-                    ("limit", Some(limit.to_string())),
-                    ("endpoint", endpoint),
-                    ("status", status),
-                ],
-            );
-            let list: DeliveryList = ApiClient::new(&target)?.get(&path).await?;
+            let query = [
+                ("limit", Some(limit.to_string())),
+                ("endpoint", endpoint),
+                ("status", status),
+            ];
+            let path = with_query("/v1/deliveries", &query);
+            let list: DeliveryList = ApiClient::new(&target).get(&path).await?;
             print_deliveries(&list);
         }
-        OpsCommand::Redeliver { id, target } => {
-            let d: DeliveryView = ApiClient::new(&target)?
-                .post(&format!("/v1/deliveries/{}/redeliver", segment(&id)), None, &[])
-                .await?;
-            say!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
-        }
+        OpsCommand::Redeliver { id, target } => redeliver(&ApiClient::new(&target), &id).await?,
         OpsCommand::Reenable {
             name,
             replay_since,
             wait,
             target,
-        } => reenable(&ApiClient::new(&target)?, &name, replay_since, wait).await?,
+        } => reenable(&ApiClient::new(&target), &name, replay_since, wait).await?,
         OpsCommand::Replay {
             name,
             since,
@@ -452,16 +434,58 @@ async fn execute(command: OpsCommand) -> Result<(), String> {
             wait,
             target,
         } => {
-            let key = idempotency_key.unwrap_or_else(|| {
-                format!("cli-replay-{name}-{since}-{}", until.as_deref().unwrap_or("now"))
-            });
-            replay(&ApiClient::new(&target)?, &name, &since, until, &key, wait).await?;
+            replay(
+                &ApiClient::new(&target),
+                &name,
+                &since,
+                until,
+                idempotency_key,
+                wait,
+            )
+            .await?
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hookgate endpoints`: one page, and the command for the next one.
+async fn list_endpoints(api: &ApiClient, query: &[(&str, Option<String>)]) -> anyhow::Result<()> {
+    let list: EndpointList = api.get(&with_query("/v1/endpoints", query)).await?;
+    print_endpoints(&list);
+    if let Some(next) = &list.next_cursor {
+        say!("\nmore: hookgate endpoints --cursor {next}");
     }
     Ok(())
 }
 
-async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), String> {
+/// `hookgate redeliver ID`: the delivery queued again.
+async fn redeliver(api: &ApiClient, id: &str) -> anyhow::Result<()> {
+    let path = format!("/v1/deliveries/{}/redeliver", segment(id));
+    let d: DeliveryView = api.post(&path, None, &[]).await?;
+    say!("{} queued again for {} ({})", d.id, d.endpoint, d.status.as_str());
+    Ok(())
+}
+
+/// `hookgate endpoint NAME` shows one endpoint; with an action, changes one.
+async fn endpoint_command(
+    api: &ApiClient,
+    name: Option<String>,
+    action: Option<EndpointAction>,
+) -> anyhow::Result<ExitCode> {
+    match (name, action) {
+        (Some(name), None) => {
+            let e: EndpointView = api.get(&format!("/v1/endpoints/{}", segment(&name))).await?;
+            print_endpoint(&e);
+            Ok(ExitCode::SUCCESS)
+        }
+        (_, Some(action)) => endpoint_action(api, action).await,
+        (None, None) => Err(anyhow::anyhow!(
+            "name an endpoint, or create|update|delete|rotate-secret"
+        )),
+    }
+}
+
+async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> anyhow::Result<ExitCode> {
     let path = |name: &str| format!("/v1/endpoints/{}", segment(name));
     let saved: SavedEndpoint = match action {
         EndpointAction::Create { name, keys } => {
@@ -478,13 +502,16 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
         EndpointAction::Delete { name } => {
             let _: Value = api.call(Method::DELETE, &path(&name), None, &[]).await?;
             say!("deleted {name}");
-            return Ok(());
+            return Ok(ExitCode::SUCCESS);
         }
         EndpointAction::Test { name, event_type } => {
             let body = event_type.map(|t| json!({"type": t}));
             let outcome: TestOutcome = api.post(&format!("{}/test", path(&name)), body, &[]).await?;
             print_test(&name, &outcome);
-            return Ok(());
+            return Ok(match outcome.delivered {
+                true => ExitCode::SUCCESS,
+                false => ExitCode::from(NOT_DELIVERED),
+            });
         }
         EndpointAction::RotateSecret {
             name,
@@ -508,7 +535,7 @@ async fn endpoint_action(api: &ApiClient, action: EndpointAction) -> Result<(), 
     if let Some(secret) = saved.secret {
         say!("\nsecret (shown once): {secret}");
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn reenable(
@@ -516,7 +543,7 @@ async fn reenable(
     name: &str,
     replay_since: Option<String>,
     wait: bool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let body = json!({ "replay_since": replay_since });
     let r: Reenabled = api
         .post(
@@ -549,15 +576,18 @@ async fn replay(
     name: &str,
     since: &str,
     until: Option<String>,
-    key: &str,
+    key: Option<String>,
     wait: bool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
+    // The same replay asked again (a script run twice) is the same request to the gateway.
+    let key =
+        key.unwrap_or_else(|| format!("cli-replay-{name}-{since}-{}", until.as_deref().unwrap_or("now")));
     let body = json!({ "since": since, "until": until });
     let r: ReplayOutcome = api
         .post(
             &format!("/v1/endpoints/{}/replay", segment(name)),
             Some(body),
-            &[("idempotency-key", key)],
+            &[("idempotency-key", &key)],
         )
         .await?;
     say!("{} events queued again for {name}", r.queued);
@@ -663,6 +693,7 @@ fn print_endpoint(e: &EndpointView) {
     let rows = e
         .history
         .iter()
+        .flatten()
         .map(|h| vec![h.at.to_string(), h.state.to_string(), h.reason.clone()])
         .collect();
     table(&["AT", "STATE", "REASON"], rows);
@@ -731,7 +762,7 @@ fn print_deliveries(list: &DeliveryList) {
 }
 
 /// Polls until none of the replay's deliveries is pending, with a progress bar.
-async fn wait_for(api: &ApiClient, endpoint: &str, replay: &ReplayOutcome) -> Result<(), String> {
+async fn wait_for(api: &ApiClient, endpoint: &str, replay: &ReplayOutcome) -> anyhow::Result<()> {
     let total = replay.queued as u64;
     let (Some(first), Some(last)) = (&replay.first_delivery, &replay.last_delivery) else {
         return Ok(());
@@ -739,7 +770,7 @@ async fn wait_for(api: &ApiClient, endpoint: &str, replay: &ReplayOutcome) -> Re
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{bar:40}] {pos}/{len} delivered or finished ({elapsed})")
-            .map_err(|e| e.to_string())?
+            .expect("a valid template")
             .progress_chars("=> "),
     );
     let path = with_query(

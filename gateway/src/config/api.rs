@@ -1,16 +1,48 @@
 //! Endpoints created through the API: the file's endpoint keys, as JSON, validated by the same
 //! validator as the file's endpoints, against the topics and policies of the running config.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use super::endpoint::Known;
 use super::raw::RawEndpoint;
 use super::shape::{self, Shaped};
 use super::validate::Validator;
-use super::{Config, ConfigError, EndpointConfig, EndpointSource, Problem};
-use crate::model::Secret;
+use super::{Config, EndpointConfig, EndpointSource, Problem, Stored};
+use crate::model::{Secret, Timestamp};
 use crate::store::ApiEndpointRow;
+
+/// The marker of a stored list of retiring secrets; a row without it holds one secret (as rows
+/// did before more than one could retire at a time).
+const RETIRING_LIST: &str = "hookgate-retiring:";
+
+/// The secrets being rotated out of a stored endpoint, newest first, each with the end of its
+/// overlap. The row keeps them in its one retiring column (sealed like the spec), with the
+/// latest end as its time.
+pub fn retiring_secrets(stored: Option<&(String, Timestamp)>) -> Vec<(Secret, Timestamp)> {
+    let Some((text, until)) = stored else {
+        return Vec::new();
+    };
+    let Some(list) = text.strip_prefix(RETIRING_LIST) else {
+        return vec![(Secret::new(text.clone()), *until)];
+    };
+    let pairs: Vec<(String, i64)> = serde_json::from_str(list).unwrap_or_default();
+    pairs
+        .into_iter()
+        .map(|(secret, until)| (Secret::new(secret), Timestamp::from_millis(until)))
+        .collect()
+}
+
+/// What [`retiring_secrets`] reads back: none, one secret as it is, or a marked list.
+pub fn stored_retiring(secrets: &[(Secret, Timestamp)]) -> Option<(String, Timestamp)> {
+    let latest = secrets.iter().map(|(_, until)| *until).max()?;
+    if let [(only, until)] = secrets {
+        return Some((only.expose().to_owned(), *until));
+    }
+    let pairs: Vec<(&str, i64)> = secrets
+        .iter()
+        .map(|(secret, until)| (secret.expose(), until.as_millis()))
+        .collect();
+    let list = serde_json::to_string(&pairs).expect("strings and numbers serialize");
+    Some((format!("{RETIRING_LIST}{list}"), latest))
+}
 
 /// The label of an API endpoint's problems, where a file's problems name the file.
 const LABEL: &str = "api";
@@ -72,16 +104,8 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
         });
     }
     let line_of = |_: &str| 0;
+    // The endpoint's name is checked by the file's rule, with the file's message.
     let mut v = Validator::new(LABEL, &line_of);
-    if !valid_api_name(&row.name) {
-        v.problem(
-            &prefix,
-            format!(
-                "`{}` must be 1-64 characters of a-z, A-Z, 0-9, `.`, `_`, `-`, starting with a letter or digit",
-                row.name
-            ),
-        );
-    }
     let known = Known {
         topics: &config.topics,
         policies: &config.policies,
@@ -98,16 +122,28 @@ pub fn api_endpoint(row: &ApiEndpointRow, config: &Config) -> Result<EndpointCon
     }
     let mut endpoint = endpoint.expect("an endpoint without problems is built");
     endpoint.source = EndpointSource::Api;
-    endpoint.retiring = row
-        .retiring
-        .as_ref()
-        .map(|(secret, until)| (Secret::new(secret.clone()), *until));
+    endpoint.retiring = retiring_secrets(row.retiring.as_ref());
+    endpoint.stored = Some(Stored {
+        version: row.version,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+    });
     Ok(endpoint)
 }
 
 /// The stored JSON as the file's endpoint keys, every mistake of shape found (each names the
 /// key's path); a text that is not JSON is one problem.
 fn parse_spec(spec: &str) -> Result<Shaped<RawEndpoint>, Problem> {
+    // Most specs are right (every stored one was checked when it was written): read straight
+    // into the keys, without the tree that finding every mistake needs. A start compiles a
+    // million of them.
+    if let Ok(raw) = serde_json::from_str::<RawEndpoint>(spec) {
+        return Ok(Shaped {
+            value: Some(raw),
+            problems: Vec::new(),
+            removed: Vec::new(),
+        });
+    }
     let tree: serde_json::Value = serde_json::from_str(spec).map_err(|e| {
         // The position in a JSON text the caller did not write as such says nothing.
         let reason = e.to_string();
@@ -125,66 +161,6 @@ fn problem(path: &str, reason: String) -> Problem {
         line: 0,
         path: path.into(),
         reason,
-    }
-}
-
-/// Names of endpoints created through the API: they travel in URLs and cluster notices.
-fn valid_api_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    name.len() <= 64
-        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-impl Config {
-    /// This config with the endpoints created through the API in place of those it had: each
-    /// validated against this config's topics and policies. A name the file uses too, or an
-    /// endpoint the file no longer supports (its topic removed, say), is a problem of the file.
-    pub fn with_api_endpoints(mut self, rows: Arc<[ApiEndpointRow]>) -> Result<Config, ConfigError> {
-        self.endpoints.retain(|_, ep| ep.source == EndpointSource::Config);
-        let file = self
-            .source
-            .as_ref()
-            .map_or_else(|| "<embedded default>".to_owned(), |p| p.display().to_string());
-        let mut problems = Vec::new();
-        let mut added = BTreeMap::new();
-        for row in rows.iter() {
-            if self.endpoints.contains_key(row.name.as_str()) {
-                problems.push(Problem {
-                    file: file.clone(),
-                    line: 0,
-                    path: format!("endpoints.{}", row.name),
-                    reason: format!(
-                        "the name is taken by an endpoint created through the API (GET /v1/endpoints/{}); \
-                         rename this one or delete that one",
-                        row.name
-                    ),
-                });
-                continue;
-            }
-            match api_endpoint(row, &self) {
-                Ok(ep) => {
-                    added.insert(ep.name.clone(), Arc::new(ep));
-                }
-                Err(found) => {
-                    problems.extend(found.problems.into_iter().map(|p| Problem {
-                        file: file.clone(),
-                        line: 0,
-                        path: String::new(),
-                        reason: format!(
-                            "the endpoint `{}` created through the API would not work with this file: {}: {}",
-                            row.name, p.path, p.reason
-                        ),
-                    }));
-                }
-            }
-        }
-        if !problems.is_empty() {
-            return Err(ConfigError { problems });
-        }
-        self.endpoints.extend(added);
-        self.api_endpoints = rows;
-        Ok(self)
     }
 }
 
@@ -208,7 +184,9 @@ mod tests {
             name: name.into(),
             tenant: None,
             spec: spec.to_string(),
+            uid: None,
             retiring: None,
+            version: 1,
             created_at: Timestamp::EPOCH,
             updated_at: Timestamp::EPOCH,
         }
@@ -257,11 +235,33 @@ mod tests {
             &c,
         ));
         assert!(unknown[0].1.contains("unknown field `colour`"), "{unknown:?}");
-        let bad_name = problems(api_endpoint(
-            &row("-x", serde_json::json!({"url": "http://h", "topics": ["orders"]})),
-            &c,
-        ));
-        assert_eq!(bad_name[0].0, "name");
+        // One rule and one message for a name, the file's (the API used to add a second rule
+        // of its own to the same error).
+        let too_long = "x".repeat(129);
+        for name in ["-x", "..", too_long.as_str()] {
+            let bad_name = problems(api_endpoint(
+                &row(name, serde_json::json!({"url": "http://h", "topics": ["orders"]})),
+                &c,
+            ));
+            assert_eq!(
+                bad_name,
+                [(
+                    "name".to_owned(),
+                    format!("`{name}` must be {}", super::super::NAME_RULE)
+                )],
+                "{name}"
+            );
+        }
+        assert!(
+            api_endpoint(
+                &row(
+                    &"x".repeat(128),
+                    serde_json::json!({"url": "http://h", "topics": ["orders"]})
+                ),
+                &c
+            )
+            .is_ok()
+        );
         let tls = problems(api_endpoint(
             &row(
                 "x",
@@ -315,42 +315,5 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{url}: {e:?}"));
         }
-    }
-
-    #[test]
-    fn a_name_taken_by_the_file_or_a_topic_the_file_dropped_refuses_the_merge() {
-        let rows: Arc<[ApiEndpointRow]> = Arc::from(vec![row(
-            "billing",
-            serde_json::json!({"url": "http://127.0.0.1/x", "topics": ["orders"]}),
-        )]);
-        let err = config().with_api_endpoints(rows).unwrap_err();
-        assert!(
-            err.to_string().contains("endpoints.billing: the name is taken"),
-            "{err}"
-        );
-
-        let rows: Arc<[ApiEndpointRow]> = Arc::from(vec![row(
-            "shop",
-            serde_json::json!({"url": "http://127.0.0.1/x", "topics": ["invoices"]}),
-        )]);
-        let err = config().with_api_endpoints(rows).unwrap_err();
-        assert!(
-            err.to_string().contains("`shop` created through the API"),
-            "{err}"
-        );
-
-        let rows: Arc<[ApiEndpointRow]> = Arc::from(vec![row(
-            "shop",
-            serde_json::json!({"url": "http://127.0.0.1/x", "topics": ["orders"]}),
-        )]);
-        let merged = config().with_api_endpoints(rows).unwrap();
-        assert_eq!(merged.endpoints.len(), 2);
-        assert_eq!(merged.endpoints["shop"].source, EndpointSource::Api);
-        let again = merged.with_api_endpoints(Arc::from(Vec::new())).unwrap();
-        assert_eq!(
-            again.endpoints.len(),
-            1,
-            "API endpoints are replaced, not added to"
-        );
     }
 }

@@ -53,6 +53,7 @@ pub(super) fn build(
     }
     Ok(Config {
         source,
+        overrides: super::Overrides::default(),
         server,
         storage,
         cluster,
@@ -63,8 +64,7 @@ pub(super) fn build(
         telemetry,
         policies,
         topics,
-        endpoints,
-        api_endpoints: Arc::from(Vec::new()),
+        file_endpoints: endpoints,
     })
 }
 
@@ -195,9 +195,31 @@ impl Validator<'_> {
                 format!("{max_connections} is not between 1 and 1000"),
             );
         }
+        let encryption_key = raw
+            .encryption_key
+            .as_deref()
+            .and_then(|text| self.encryption_key("storage.encryption_key", text));
+        if url.is_some() && encryption_key.is_none() && raw.encryption_key.is_none() {
+            self.problem(
+                "storage.url",
+                "needs storage.encryption_key (every node the same; make one with `hookgate keygen \
+                 storage`): the secrets kept in the database are encrypted under it"
+                    .into(),
+            );
+        }
+        let previous_encryption_keys = raw
+            .previous_encryption_keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| {
+                self.encryption_key(&format!("storage.previous_encryption_keys[{i}]"), text)
+            })
+            .collect();
         StorageConfig {
             url,
             max_connections,
+            encryption_key,
+            previous_encryption_keys,
             path: PathBuf::from(raw.path.as_deref().unwrap_or(defaults::DB_PATH)),
             max_size_bytes: raw.max_size.as_deref().and_then(|text| {
                 let bytes = self.parse("storage.max_size", text, parse_size)?;
@@ -237,6 +259,13 @@ impl Validator<'_> {
 
     /// A `postgres://` URL that the client can read. The problem never repeats the URL: it may
     /// hold a password.
+    /// A storage key; a problem never echoes the text (it is a secret).
+    fn encryption_key(&mut self, path: &str, text: &str) -> Option<EncryptionKey> {
+        EncryptionKey::from_base64(text)
+            .map_err(|e| self.problem(path, e.to_string()))
+            .ok()
+    }
+
     fn database_url(&mut self, url: &str) -> Option<Secret> {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
             self.problem(
@@ -266,6 +295,7 @@ impl Validator<'_> {
                 .as_deref()
                 .map(PathBuf::from)
                 .unwrap_or(cache_default),
+            bundled: raw.bundled.unwrap_or(true),
             call_timeout: self.duration(
                 "plugins.call_timeout",
                 raw.call_timeout.as_deref(),
@@ -413,7 +443,7 @@ impl Validator<'_> {
             );
             return None;
         };
-        let traces_url = self.parse("telemetry.otlp_endpoint", endpoint, |s| {
+        let traces_url = self.parse("telemetry.otlp_endpoint", endpoint, |s| -> Result<Uri, String> {
             let url: Uri = s.parse().map_err(|_| format!("`{s}` is not a URL"))?;
             crate::delivery::validate_url(&url).map_err(|e| format!("`{s}`: {e}"))?;
             if url.query().is_some() {

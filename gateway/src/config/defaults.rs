@@ -6,6 +6,10 @@ use std::time::Duration;
 pub const LISTEN: &str = "127.0.0.1:8080";
 pub const DB_PATH: &str = "./data/hookgate.db";
 pub const PLUGIN_DIR: &str = "./plugins";
+/// The embedded default's plugin folder: beside its database under `./data`, so that a gateway
+/// started in a clone of the repository (README "Quick start") does not watch `plugins/`, the
+/// bundled plugins' sources, and git ignores what is dropped in.
+pub const EMBEDDED_PLUGIN_DIR: &str = "./data/plugins";
 /// Under the database's folder unless the file says otherwise.
 pub const PLUGIN_CACHE_DIR_NAME: &str = "plugin-cache";
 /// The one topic of the embedded default, so that a newcomer's first event is accepted.

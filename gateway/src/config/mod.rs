@@ -17,10 +17,10 @@ mod validate;
 pub mod watch;
 mod yaml;
 
-pub use api::{Refused, api_endpoint};
+pub use api::{Refused, api_endpoint, retiring_secrets, stored_retiring};
 pub use raw::RawConfig;
 use raw::RawTopic;
-pub use validate::valid_name;
+pub use validate::{NAME_RULE, valid_name};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,7 +40,7 @@ use crate::filter::Filter;
 use crate::health::HealthRules;
 use crate::model::{PluginBinding, Secret, Timestamp};
 use crate::policy::Policy;
-use crate::store::ApiEndpointRow;
+use crate::store::EncryptionKey;
 
 /// One thing wrong with a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +134,8 @@ impl fmt::Display for BindingProblem {
 pub struct Config {
     /// The file this came from; None for the embedded default.
     pub source: Option<PathBuf>,
+    /// What the command line set over the file: a reload of the file applies it again.
+    pub overrides: Overrides,
     pub server: ServerConfig,
     pub storage: StorageConfig,
     pub cluster: ClusterConfig,
@@ -146,11 +148,24 @@ pub struct Config {
     /// The presets and the user's policies.
     pub policies: BTreeMap<String, Arc<Policy>>,
     pub topics: BTreeMap<String, TopicConfig>,
-    /// The file's endpoints and those created through the API (`source`).
-    pub endpoints: BTreeMap<Arc<str>, Arc<EndpointConfig>>,
-    /// What the endpoints created through the API were built from, as the store keeps them:
-    /// a reload of the file validates them again against its topics and policies.
-    pub api_endpoints: Arc<[ApiEndpointRow]>,
+    /// The file's endpoints. Those created through the API are rows of the store, which the
+    /// running gateway's endpoint index (`crate::endpoints`) holds beside these.
+    pub file_endpoints: BTreeMap<Arc<str>, Arc<EndpointConfig>>,
+}
+
+/// Settings the command line (or its environment) sets over the file or the embedded default,
+/// before validation: `serve --listen` (`HOOKGATE_LISTEN`) for `server.listen`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+}
+
+impl Overrides {
+    fn apply(&self, raw: &mut RawConfig) {
+        if let Some(listen) = self.listen {
+            raw.server.listen = Some(listen.to_string());
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +202,10 @@ pub struct StorageConfig {
     pub url: Option<Secret>,
     /// The PostgreSQL connection pool's size.
     pub max_connections: usize,
+    /// The key the store seals secrets under; None (SQLite only): the database's key file.
+    pub encryption_key: Option<EncryptionKey>,
+    /// Keys that still open what they sealed, during a rotation.
+    pub previous_encryption_keys: Vec<EncryptionKey>,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +219,8 @@ pub struct ClusterConfig {
 pub struct PluginsConfig {
     pub dir: PathBuf,
     pub cache_dir: PathBuf,
+    /// Serve the plugins built into the binary (`plugins.bundled`).
+    pub bundled: bool,
     pub call_timeout: Duration,
     pub call_wall_timeout: Duration,
     pub memory_bytes: usize,
@@ -256,7 +277,7 @@ pub struct EndpointConfig {
     pub destination: Destination,
     pub topics: Vec<String>,
     pub types: Vec<String>,
-    type_matcher: Option<GlobSet>,
+    type_filter: TypeFilter,
     pub policy: Option<String>,
     pub secrets: Vec<Secret>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -270,10 +291,6 @@ pub struct EndpointConfig {
     /// What an ordered endpoint's key does when its head finally fails.
     pub on_final_failure: FinalFailure,
     pub dead_letter: bool,
-    /// Outbound credentials, added as `Authorization` after every plugin ran.
-    pub auth: Option<Arc<OutboundAuth>>,
-    /// The client certificate and proxy of this endpoint.
-    pub route: Route,
     /// How `secrets` sign: HMAC (`v1`) or Ed25519 (`v1a`).
     pub signature: SignatureScheme,
     /// Declared in the file, or created through the API.
@@ -281,8 +298,9 @@ pub struct EndpointConfig {
     /// The tenant whose events (only) this endpoint receives.
     pub tenant: Option<Arc<str>>,
     pub description: Option<String>,
-    /// A secret being rotated out: it still signs, beside `secrets`, until then (gateway time).
-    pub retiring: Option<(Secret, Timestamp)>,
+    /// Secrets being rotated out, newest first: each still signs, beside `secrets`, until its
+    /// time (gateway time), so that every rotation of a day keeps its grace period.
+    pub retiring: Vec<(Secret, Timestamp)>,
     /// It receives only events naming one of these (none: every event, see
     /// [`crate::model::channels_match`]).
     pub channels: Vec<String>,
@@ -293,9 +311,70 @@ pub struct EndpointConfig {
     pub svix_uid: Option<String>,
     /// Sends the `svix-*` headers beside the `webhook-*` ones.
     pub svix_headers: bool,
+    /// The Svix API's `version` of the endpoint (1 unless set).
+    pub svix_version: u16,
     /// Its content filter, compiled: evaluated at fan-out, so an event it refuses creates no
     /// delivery. None: every event it subscribes to.
     pub filter: Option<Arc<Filter>>,
+    /// For an endpoint created through the API, its row's version and times.
+    pub stored: Option<Stored>,
+}
+
+/// What the store keeps beside an API endpoint's keys: its version (each change adds one) and
+/// when it was created and last changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub version: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// The event types an endpoint takes (`types`): plain names, compared as they are, and glob
+/// patterns (`invoice.*`), compiled once. Empty: every type.
+#[derive(Debug, Clone, Default)]
+pub struct TypeFilter {
+    exact: Box<[Arc<str>]>,
+    patterns: Option<Arc<GlobSet>>,
+}
+
+impl TypeFilter {
+    pub(crate) fn new(exact: Vec<Arc<str>>, patterns: Option<Arc<GlobSet>>) -> TypeFilter {
+        TypeFilter {
+            exact: exact.into_boxed_slice(),
+            patterns,
+        }
+    }
+
+    /// Whether a `types` entry is a glob pattern rather than a name: it has a character that
+    /// means something to a glob.
+    pub fn is_pattern(entry: &str) -> bool {
+        entry.contains(['*', '?', '[', ']', '{', '}', '\\'])
+    }
+
+    pub fn matches(&self, event_type: &str) -> bool {
+        (self.exact.is_empty() && self.patterns.is_none())
+            || self.exact.iter().any(|t| **t == *event_type)
+            || self.patterns.as_ref().is_some_and(|p| p.is_match(event_type))
+    }
+
+    /// The plain names, when these are all the filter has (no pattern, and at least one
+    /// name): such an endpoint can be found by its types.
+    pub fn names_only(&self) -> Option<&[Arc<str>]> {
+        (self.patterns.is_none() && !self.exact.is_empty()).then_some(&*self.exact)
+    }
+
+    /// Every plain name (beside any patterns).
+    pub fn names(&self) -> &[Arc<str>] {
+        &self.exact
+    }
+
+    /// Puts `shared`'s copy of each plain name in place of this filter's own (an index of
+    /// many endpoints keeps one copy of each event type's name).
+    pub(crate) fn share_names(&mut self, mut shared: impl FnMut(&Arc<str>) -> Arc<str>) {
+        for name in self.exact.iter_mut() {
+            *name = shared(name);
+        }
+    }
 }
 
 /// What an ordered endpoint's key does when its head finally fails (`on_final_failure`).
@@ -354,8 +433,6 @@ impl PartialEq for EndpointConfig {
             && self.ordered == other.ordered
             && self.on_final_failure == other.on_final_failure
             && self.dead_letter == other.dead_letter
-            && self.auth == other.auth
-            && self.route == other.route
             && self.signature == other.signature
             && self.source == other.source
             && self.tenant == other.tenant
@@ -366,11 +443,24 @@ impl PartialEq for EndpointConfig {
             && self.metadata == other.metadata
             && self.svix_uid == other.svix_uid
             && self.svix_headers == other.svix_headers
+            && self.svix_version == other.svix_version
             && self.filter == other.filter
+            && self.stored.map(|s| s.version) == other.stored.map(|s| s.version)
     }
 }
 
 impl EndpointConfig {
+    /// Outbound credentials, added as `Authorization` after every plugin ran: an HTTP
+    /// endpoint's `auth` (a broker's credentials are in its URL).
+    pub fn auth(&self) -> Option<&OutboundAuth> {
+        self.destination.http().and_then(|http| http.auth.as_deref())
+    }
+
+    /// The client certificate and proxy of an HTTP endpoint; None for a broker's.
+    pub fn route(&self) -> Option<&Route> {
+        self.destination.http().map(|http| &http.route)
+    }
+
     /// Where a delivery to this endpoint goes, as the store records it.
     pub fn target(&self) -> crate::store::Target {
         crate::store::Target {
@@ -386,16 +476,6 @@ impl EndpointConfig {
         self.topics.iter().any(|t| t == topic) && self.matches_type(event_type)
     }
 
-    /// Whether an event fans out to this endpoint (health aside): of one of its topics, of a
-    /// type it takes, of its tenant (or it has none), on its channels, and it is not switched
-    /// off.
-    pub fn receives(&self, topic: &str, event_type: &str, tenant: Option<&str>, channels: &[String]) -> bool {
-        !self.disabled
-            && self.subscribes_to(topic, event_type)
-            && self.accepts_tenant(tenant)
-            && crate::model::channels_match(&self.channels, channels)
-    }
-
     /// Whether an event of `tenant` may reach this endpoint: a tenant's endpoint takes only its
     /// tenant's events, an endpoint without a tenant takes everyone's.
     pub fn accepts_tenant(&self, tenant: Option<&str>) -> bool {
@@ -403,7 +483,7 @@ impl EndpointConfig {
     }
 
     /// This endpoint's plugin bindings that cannot work now (see
-    /// [`Config::plugin_binding_problems`]).
+    /// [`crate::endpoints::Endpoints::binding_problems`]).
     pub fn binding_problems(&self, world_of: impl Fn(&str) -> Option<&'static str>) -> Vec<BindingProblem> {
         let mut problems = Vec::new();
         for (role, binding) in [
@@ -425,28 +505,23 @@ impl EndpointConfig {
         problems
     }
 
-    /// The secrets that sign at `now`: `secrets`, and the retiring one until its overlap ends.
+    /// The secrets that sign at `now`: `secrets`, and each retiring one until its overlap ends.
     pub fn signing_secrets(&self, now: Timestamp) -> std::borrow::Cow<'_, [Secret]> {
-        match &self.retiring {
-            Some((old, until)) if now < *until => {
-                let mut all = self.secrets.clone();
-                all.push(old.clone());
-                std::borrow::Cow::Owned(all)
-            }
-            _ => std::borrow::Cow::Borrowed(&self.secrets),
+        let retiring = self.retiring.iter().filter(|(_, until)| now < *until);
+        if retiring.clone().next().is_none() {
+            return std::borrow::Cow::Borrowed(&self.secrets);
         }
+        let mut all = self.secrets.clone();
+        all.extend(retiring.map(|(old, _)| old.clone()));
+        std::borrow::Cow::Owned(all)
     }
 
     pub fn matches_type(&self, event_type: &str) -> bool {
-        self.type_matcher.as_ref().is_none_or(|m| m.is_match(event_type))
+        self.type_filter.matches(event_type)
     }
 
-    /// Whether an event passes the content filter (without one, every event does). `input`
-    /// gives the event's view ([`crate::filter::input`]); it is asked only when there is a
-    /// filter, so that a caller fanning out to many endpoints builds it once, and only if
-    /// one of them needs it.
-    pub fn passes_filter<'v>(&self, input: impl FnOnce() -> &'v serde_json::Value) -> bool {
-        self.filter.as_ref().is_none_or(|f| f.matches(input()))
+    pub fn type_filter(&self) -> &TypeFilter {
+        &self.type_filter
     }
 }
 
@@ -456,7 +531,13 @@ impl Config {
     /// `GET /v1/topics` and `GET /v1/events/{id}`), beside the built-in `svix`; no endpoints
     /// until a file declares them.
     pub fn embedded_default() -> Config {
-        let raw = RawConfig {
+        Config::embedded_default_with(&Overrides::default()).expect("the embedded default config is valid")
+    }
+
+    /// The embedded default with the command line's `overrides`, which may make it invalid
+    /// (`--listen 0.0.0.0:8080` without API keys).
+    pub fn embedded_default_with(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut raw = RawConfig {
             topics: BTreeMap::from([(
                 defaults::TOPIC.to_owned(),
                 RawTopic {
@@ -468,59 +549,42 @@ impl Config {
             )]),
             ..RawConfig::default()
         };
-        build::build(raw, None, "<embedded default>", &|_| 1).expect("the embedded default config is valid")
+        raw.plugins.dir = Some(defaults::EMBEDDED_PLUGIN_DIR.to_owned());
+        overrides.apply(&mut raw);
+        let mut config = build::build(raw, None, "<embedded default>", &|_| 1)?;
+        config.overrides = overrides.clone();
+        Ok(config)
     }
 
     /// The policy for deliveries of `topic` to `endpoint`: the endpoint's, else the topic's,
     /// else `standard`.
     pub fn policy_for(&self, endpoint: &EndpointConfig, topic: &str) -> Arc<Policy> {
-        endpoint
-            .policy
-            .as_deref()
-            .or_else(|| self.topics.get(topic).and_then(|t| t.policy.as_deref()))
+        self.policy_named(endpoint.policy.as_deref(), topic)
+    }
+
+    /// The policy for deliveries of `topic` to an endpoint whose own policy is `own`.
+    pub fn policy_named(&self, own: Option<&str>, topic: &str) -> Arc<Policy> {
+        own.or_else(|| self.topics.get(topic).and_then(|t| t.policy.as_deref()))
             .and_then(|name| self.policies.get(name))
             .or_else(|| self.policies.get("standard"))
             .cloned()
             .unwrap_or_else(|| Arc::new(Policy::standard()))
     }
 
-    /// Every plugin binding whose plugin is not loaded, or is loaded as another kind:
-    /// `world_of(name)` is `Some("transformer" | "signer" | "backoff")` for a loaded plugin.
-    /// The gateway reports these at start, at every reload and whenever the plugin folder
-    /// changes (log, `GET /v1/status`, the endpoint's `problems`, a metric), because the
-    /// binding's attempts fail with `plugin_error` until the plugin appears.
-    pub fn plugin_binding_problems(
-        &self,
-        world_of: impl Fn(&str) -> Option<&'static str>,
-    ) -> Vec<BindingProblem> {
-        self.endpoints
-            .values()
-            .flat_map(|ep| ep.binding_problems(&world_of))
-            .collect()
-    }
-
     /// Whether apps may post to `topic`.
     pub fn has_topic(&self, topic: &str) -> bool {
         self.topics.contains_key(topic)
-    }
-
-    /// The endpoints an event of `topic`/`event_type`/`tenant`/`channels` fans out to, before
-    /// health is considered.
-    pub fn subscribers<'a>(
-        &'a self,
-        topic: &'a str,
-        event_type: &'a str,
-        tenant: Option<&'a str>,
-        channels: &'a [String],
-    ) -> impl Iterator<Item = &'a Arc<EndpointConfig>> + 'a {
-        self.endpoints
-            .values()
-            .filter(move |e| e.receives(topic, event_type, tenant, channels))
     }
 }
 
 /// Reads, interpolates, parses and validates a config file.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    load_file_with(path, &Overrides::default())
+}
+
+/// Like [`load_file`], with the command line's `overrides` set over the file before it is
+/// validated.
+pub fn load_file_with(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
     let label = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         problems: vec![Problem {
@@ -530,9 +594,13 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             reason: format!("cannot read the file: {e}"),
         }],
     })?;
-    load_str(&text, &label, Some(path.to_path_buf()), |name| {
-        std::env::var(name).ok()
-    })
+    load_str_with(
+        &text,
+        &label,
+        Some(path.to_path_buf()),
+        |name| std::env::var(name).ok(),
+        overrides,
+    )
 }
 
 /// Like [`load_file`] on text already read; `env` looks up `${NAME}` references.
@@ -541,6 +609,16 @@ pub fn load_str(
     label: &str,
     source: Option<PathBuf>,
     env: impl Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    load_str_with(text, label, source, env, &Overrides::default())
+}
+
+fn load_str_with(
+    text: &str,
+    label: &str,
+    source: Option<PathBuf>,
+    env: impl Fn(&str) -> Option<String>,
+    overrides: &Overrides,
 ) -> Result<Config, ConfigError> {
     let problem = |line: usize, path: &str, reason: String| Problem {
         file: label.to_owned(),
@@ -562,11 +640,15 @@ pub fn load_str(
         .iter()
         .map(|(path, reason)| problem(doc.line_of(path), path, reason.clone()))
         .collect();
-    let Some(raw) = shaped.value.take() else {
+    let Some(mut raw) = shaped.value.take() else {
         return Err(ConfigError { problems });
     };
+    overrides.apply(&mut raw);
     match build::build(raw, source, label, &|path| doc.line_of(path)) {
-        Ok(config) if problems.is_empty() => Ok(config),
+        Ok(config) if problems.is_empty() => Ok(Config {
+            overrides: overrides.clone(),
+            ..config
+        }),
         Ok(_) => Err(ConfigError { problems }),
         Err(found) => {
             problems.extend(found.problems.into_iter().filter(|p| !shaped.covers(&p.path)));

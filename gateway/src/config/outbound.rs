@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 use super::raw::{RawAuth, RawEndpointTls, RawOAuth2, RawSignature};
 use super::validate::{Validator, read_pem_file};
-use crate::delivery::auth::header_safe;
+use crate::delivery::header_safe;
 use crate::delivery::signing::{self, SignatureScheme};
 use crate::delivery::{ClientIdentity, OAuth2Client, OutboundAuth, ProxyAddr, Route};
 use crate::model::Secret;
@@ -61,7 +61,7 @@ impl Validator<'_> {
     fn oauth2(&mut self, path: &str, raw: RawOAuth2, allow: &[IpNet]) -> Option<OutboundAuth> {
         let url_path = format!("{path}.token_url");
         let token_url = self
-            .parse(&url_path, &raw.token_url, |s| {
+            .parse(&url_path, &raw.token_url, |s| -> Result<Uri, String> {
                 let uri: Uri = s.parse().map_err(|e| format!("`{s}` is not a URL: {e}"))?;
                 crate::delivery::validate_url(&uri).map_err(|e| format!("`{s}`: {e}"))?;
                 Ok(uri)
@@ -129,7 +129,7 @@ impl Validator<'_> {
         match ClientIdentity::from_pem(&cert, &key) {
             Ok(identity) => Some(identity),
             Err(why) => {
-                self.problem(path, why);
+                self.problem(path, why.to_string());
                 None
             }
         }

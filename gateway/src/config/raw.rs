@@ -117,6 +117,17 @@ pub struct RawStorage {
     /// PostgreSQL: the most connections this node opens for its work (one more listens for
     /// the other nodes). Default 16. Read at start only.
     pub max_connections: Option<usize>,
+    /// The key the secrets the database keeps (endpoint secrets, credentials, header values)
+    /// are encrypted under: base64 of 32 random bytes (`hookgate keygen storage`), usually
+    /// `${HOOKGATE_ENCRYPTION_KEY}`. Required with `url`; on SQLite it overrides the key file
+    /// beside the database (`hookgate.db` → `hookgate.key`), which is made on the first start.
+    /// Read at start only.
+    pub encryption_key: Option<String>,
+    /// Earlier keys, which still decrypt what they encrypted, while a rotation is under way:
+    /// `hookgate storage rekey` encrypts everything under `encryption_key`, after which they can
+    /// go. Read at start only.
+    #[serde(default)]
+    pub previous_encryption_keys: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -140,6 +151,9 @@ pub struct RawPlugins {
     pub dir: Option<String>,
     /// Folder for compiled plugin artifacts. Default: `plugin-cache` next to the database.
     pub cache_dir: Option<String>,
+    /// Serve the plugins built into the binary (`js`, `cloudevents`, …; a file of the same
+    /// name in `dir` overrides one). Default `true`; `false`: only the folder's files.
+    pub bundled: Option<bool>,
     /// CPU time a plugin call may take, `10ms` to `1m`. Default `100ms`.
     #[serde(default, deserialize_with = "text_or_number::option")]
     pub call_timeout: Option<String>,
@@ -343,6 +357,8 @@ pub struct RawSvix {
     /// Also send `svix-id`, `svix-timestamp` and `svix-signature` (the same values as the
     /// `webhook-*` headers), for receivers written for Svix. Default true.
     pub headers: Option<bool>,
+    /// The endpoint's Svix `version` (deprecated by Svix, kept and shown). Default 1.
+    pub version: Option<u16>,
 }
 
 /// Outbound credentials: exactly one of `bearer`, `basic` or `oauth2`.

@@ -8,6 +8,23 @@ fn load(text: &str) -> Result<Config, ConfigError> {
     })
 }
 
+/// Fails unless one of `problems` starts with `start` (`file:line: path: reason`), showing
+/// them all.
+#[track_caller]
+fn assert_problem(problems: &[String], start: &str) {
+    assert!(
+        problems.iter().any(|l| l.starts_with(start)),
+        "no problem starts with {start:?}: {problems:#?}"
+    );
+}
+
+/// Fails unless `text` has exactly one problem, starting with `start`.
+#[track_caller]
+fn assert_only_problem(text: &str, start: &str) {
+    let p = problems(text);
+    assert!(p.len() == 1 && p[0].starts_with(start), "{p:#?}");
+}
+
 fn problems(text: &str) -> Vec<String> {
     load(text)
         .unwrap_err()
@@ -54,7 +71,7 @@ fn a_full_config_loads_with_every_setting() {
     assert_eq!(c.server.max_body_bytes, 512 * 1024);
     assert_eq!(c.delivery.timeout, Duration::from_secs(5));
     assert_eq!(c.delivery.allow_networks.len(), 2);
-    let ep = &c.endpoints["billing"];
+    let ep = &c.file_endpoints["billing"];
     assert_eq!(ep.destination.host(), Some("billing.example.com"));
     assert_eq!(ep.secrets[0].expose(), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     assert!(ep.subscribes_to("orders", "order.created"));
@@ -75,12 +92,15 @@ fn the_embedded_default_listens_on_loopback_and_stores_under_data() {
     let c = Config::embedded_default();
     assert!(c.server.listen.ip().is_loopback());
     assert_eq!(c.storage.path, PathBuf::from("./data/hookgate.db"));
+    // Not `./plugins`, which in a clone of the repository is the bundled plugins' sources.
+    assert_eq!(c.plugins.dir, PathBuf::from("./data/plugins"));
+    assert_eq!(c.plugins.cache_dir, PathBuf::from("./data/plugin-cache"));
     assert_eq!(c.server.max_body_bytes, 256 * 1024);
     assert_eq!(c.delivery.timeout, Duration::from_secs(10));
     assert!(c.policies.contains_key("standard"));
     // A newcomer's first event has somewhere to go.
     assert!(c.has_topic("default"));
-    assert!(c.endpoints.is_empty());
+    assert!(c.file_endpoints.is_empty());
 }
 
 #[test]
@@ -110,11 +130,9 @@ fn an_unknown_key_names_file_line_and_path() {
 
 #[test]
 fn a_wrong_type_names_its_line() {
-    let p = problems("server:\n  api_keys: 5\n");
-    assert_eq!(p.len(), 1);
-    assert!(
-        p[0].starts_with("test.yaml:2: server.api_keys: invalid type"),
-        "{p:?}"
+    assert_only_problem(
+        "server:\n  api_keys: 5\n",
+        "test.yaml:2: server.api_keys: invalid type",
     );
 }
 
@@ -122,45 +140,87 @@ fn a_wrong_type_names_its_line() {
 fn every_validation_problem_is_reported_at_once() {
     let text = "topics:\n  orders: { policy: nope }\nendpoints:\n  e:\n    url: ftp://x\n    topics: [orders, missing]\n    policy: gone\n    headers: { webhook-id: x }\n    types: ['[']\n";
     let p = problems(text);
-    assert!(
-        p.iter()
-            .any(|l| l.starts_with("test.yaml:2: topics.orders.policy: unknown policy `nope`")),
-        "{p:#?}"
+    assert_problem(&p, "test.yaml:2: topics.orders.policy: unknown policy `nope`");
+    assert_problem(&p, "test.yaml:5: endpoints.e.url: `ftp://x` must start with http");
+    assert_problem(&p, "test.yaml:6: endpoints.e.topics[1]: unknown topic `missing`");
+    assert_problem(&p, "test.yaml:7: endpoints.e.policy: unknown policy `gone`");
+    assert_problem(&p, "test.yaml:8: endpoints.e.headers.webhook-id: ");
+    assert_problem(&p, "test.yaml:9: endpoints.e.types[0]: ");
+}
+
+/// One duration grammar: `1M` in a schedule is no longer 30 days in disguise, and a
+/// humantime spelling the docs never promised is refused with how to write it.
+#[test]
+fn durations_outside_the_grammar_are_refused_with_their_path() {
+    let text = "policies:\n  monthly:\n    schedule: [0s, 1M]\n    deadline: 2 weeks\ndelivery:\n  timeout: 10 seconds\n";
+    let p = problems(text);
+    assert_problem(
+        &p,
+        "test.yaml:3: policies.monthly.schedule[1]: `1M`: months are not a unit: use 30d",
     );
-    assert!(
-        p.iter()
-            .any(|l| l.starts_with("test.yaml:5: endpoints.e.url: `ftp://x` must start with http")),
-        "{p:#?}"
+    assert_problem(
+        &p,
+        "test.yaml:4: policies.monthly.deadline: `2 weeks`: weeks are not a unit: use 14d",
     );
-    assert!(
-        p.iter()
-            .any(|l| l.starts_with("test.yaml:6: endpoints.e.topics[1]: unknown topic `missing`")),
-        "{p:#?}"
+    assert_problem(
+        &p,
+        "test.yaml:6: delivery.timeout: `10 seconds`: units are written short: write 10s",
     );
+    assert!(load("policies:\n  p:\n    schedule: [0s, 1h30m, 1d 12h]\n").is_ok());
+}
+
+/// `serve --listen` replaces `server.listen` before validation, so the loopback rule holds for
+/// it too, and the config remembers it for the next reload of the file.
+#[test]
+fn the_listen_override_replaces_the_files_and_is_validated_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookgate.yaml");
+    std::fs::write(&path, "server:\n  listen: 127.0.0.1:9000\n").unwrap();
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:7000".parse().unwrap()),
+    };
+    let c = super::load_file_with(&path, &overrides).unwrap();
+    assert_eq!(c.server.listen.port(), 7000);
+    assert_eq!(c.overrides, overrides);
+    assert_eq!(super::load_file(&path).unwrap().server.listen.port(), 9000);
+
+    let default = Config::embedded_default_with(&overrides).unwrap();
+    assert_eq!(default.server.listen.port(), 7000);
+    let everywhere = Overrides {
+        listen: Some("0.0.0.0:7000".parse().unwrap()),
+    };
+    let refused = Config::embedded_default_with(&everywhere)
+        .unwrap_err()
+        .to_string();
     assert!(
-        p.iter()
-            .any(|l| l.starts_with("test.yaml:7: endpoints.e.policy: unknown policy `gone`")),
-        "{p:#?}"
+        refused.contains("the listener 0.0.0.0:7000 is not loopback"),
+        "{refused}"
     );
-    assert!(
-        p.iter()
-            .any(|l| l.starts_with("test.yaml:8: endpoints.e.headers.webhook-id: ")),
-        "{p:#?}"
+}
+
+/// Topics, endpoints, tenants and channels share one name rule, and one message saying it.
+#[test]
+fn every_name_of_the_file_follows_the_one_rule() {
+    let p = problems(
+        "topics:\n  .hidden: {}\n  ok: {}\nendpoints:\n  -e:\n    url: https://e.example/\n    topics: [ok]\n    tenant: _acme\n",
     );
-    assert!(
-        p.iter()
-            .any(|l| l.starts_with("test.yaml:9: endpoints.e.types[0]: ")),
-        "{p:#?}"
-    );
+    for (line, path, name) in [
+        (2, "topics..hidden", ".hidden"),
+        (5, "endpoints.-e", "-e"),
+        (8, "endpoints.-e.tenant", "_acme"),
+    ] {
+        let expected = format!("test.yaml:{line}: {path}: `{name}` must be {NAME_RULE}");
+        assert!(p.contains(&expected), "{expected}\n{p:#?}");
+    }
+    assert!(valid_name("a") && valid_name("0.b_c-d") && valid_name(&"x".repeat(128)));
+    assert!(!valid_name("") && !valid_name("..") && !valid_name(&"x".repeat(129)));
 }
 
 #[test]
 fn a_missing_environment_variable_is_a_problem_with_its_line() {
-    let p = problems("server:\n  api_keys: [\"${HOOKGATE_TEST_UNSET_KEY}\"]\n");
-    assert_eq!(p.len(), 1);
-    assert!(
-        p[0].starts_with("test.yaml:2: environment variable HOOKGATE_TEST_UNSET_KEY is not set"),
-        "{p:?}"
+    assert_only_problem(
+        "server:\n  api_keys: [\"${HOOKGATE_TEST_UNSET_KEY}\"]\n",
+        "test.yaml:2: environment variable HOOKGATE_TEST_UNSET_KEY is not set",
     );
 }
 
@@ -186,11 +246,9 @@ fn presets_cannot_be_redefined() {
 #[test]
 fn policy_problems_point_into_the_policy() {
     let p = problems("policies:\n  fast:\n    sns:\n      healthyRetryPolicy:\n        numRetries: 101\n");
-    assert!(
-        p.iter().any(|l| l.starts_with(
-            "test.yaml:5: policies.fast.sns.healthyRetryPolicy.numRetries: 101 is above the maximum 100"
-        )),
-        "{p:#?}"
+    assert_problem(
+        &p,
+        "test.yaml:5: policies.fast.sns.healthyRetryPolicy.numRetries: 101 is above the maximum 100",
     );
 }
 
@@ -237,15 +295,18 @@ fn outbound_auth_tls_proxy_and_signature_load() {
         c.delivery.proxy.as_ref().unwrap().to_string(),
         "egress.internal:3128"
     );
-    let ep = |name: &str| c.endpoints[name].clone();
-    assert!(matches!(ep("a").auth.as_deref(), Some(OutboundAuth::Bearer(t)) if t.expose() == "tok"));
-    assert!(matches!(ep("b").auth.as_deref(), Some(OutboundAuth::Basic { username, .. }) if username == "u"));
-    assert_eq!(ep("b").route.proxy.as_ref().unwrap().to_string(), "other:8080");
+    let ep = |name: &str| c.file_endpoints[name].clone();
+    assert!(matches!(ep("a").auth(), Some(OutboundAuth::Bearer(t)) if t.expose() == "tok"));
+    assert!(matches!(ep("b").auth(), Some(OutboundAuth::Basic { username, .. }) if username == "u"));
+    assert_eq!(
+        ep("b").route().unwrap().proxy.as_ref().unwrap().to_string(),
+        "other:8080"
+    );
     assert!(
-        ep("a").route.proxy.is_none(),
+        ep("a").route().unwrap().proxy.is_none(),
         "delivery.proxy applies in the sender"
     );
-    let Some(OutboundAuth::OAuth2(oauth)) = ep("c").auth.as_deref().cloned() else {
+    let Some(OutboundAuth::OAuth2(oauth)) = ep("c").auth().cloned() else {
         panic!("oauth2")
     };
     assert_eq!(
@@ -291,8 +352,8 @@ fn bindings_to_missing_plugins_or_plugins_of_another_kind_are_problems() {
         "decorrelated-jitter" => Some("backoff"),
         _ => None,
     };
-    let problems: Vec<(String, &str)> = c
-        .plugin_binding_problems(worlds)
+    let problems: Vec<(String, &str)> = c.file_endpoints["e"]
+        .binding_problems(worlds)
         .iter()
         .map(|p| (p.to_string(), p.code()))
         .collect();
@@ -404,7 +465,7 @@ fn a_broker_url_chooses_the_destination_and_http_only_keys_are_refused_on_it() {
         "delivery:\n  allow_networks: [127.0.0.0/8]\ntopics:\n  t: {}\nendpoints:\n  n:\n    url: nats://u:hunter2@127.0.0.1:4222/orders.created\n    topics: [t]\n",
     )
     .unwrap();
-    let ep = &ok.endpoints["n"];
+    let ep = &ok.file_endpoints["n"];
     assert_eq!(ep.destination.kind(), "nats");
     assert_eq!(ep.destination.target().unwrap(), "subject orders.created");
     assert!(!format!("{ep:?}").contains("hunter2"));
@@ -449,7 +510,7 @@ endpoints:
         problems(text),
         [
             "test.yaml:2: server.listne: unknown field `listne`, expected one of `listen`, `api_keys`, `console_keys`, `public_url`, `max_body`, `shutdown_grace`, `rate_limit_per_key`, `header_timeout`, `body_timeout`, `workers`",
-            "test.yaml:3: server.shutdown_grace: `ten seconds` is not a duration: write a whole number and a unit, e.g. 30s, 2m, 1h 30m or 1d",
+            "test.yaml:3: server.shutdown_grace: `ten seconds` is not a duration: write whole numbers with units ms, s, m, h or d, e.g. 500ms, 30s, 10m, 1h 30m or 3d",
             "test.yaml:5: topics.orders.polcy: unknown field `polcy`, expected `policy` or `description`",
             "test.yaml:7: delivery.max_in_flight: invalid type: string \"lots\", expected u32",
             "test.yaml:11: endpoints.billing.topics[1]: unknown topic `invoices` (declared: orders, svix)",
@@ -506,12 +567,12 @@ endpoints:
     assert_eq!(
         problems(text),
         [
-            "test.yaml:2: server.header_timeout: `10` has no unit: write 10s, 10m, 10h or 10d",
+            "test.yaml:2: server.header_timeout: `10` has no unit: write 10ms, 10s, 10m, 10h or 10d",
             "test.yaml:4: cluster.lease: `0s` is too short: at least 1s (e.g. 15s)",
             "test.yaml:6: delivery.timeout: `0s` is too short: at least 100ms (e.g. 10s)",
             "test.yaml:8: health.pause_after: `99999d` is too long: at most 365d (e.g. 3d)",
             "test.yaml:10: retention.events: `1d` is too short: at least 7d, the window replay needs (e.g. 30d)",
-            "test.yaml:13: policies.p.schedule[1]: `5` has no unit: write 5s, 5m, 5h or 5d",
+            "test.yaml:13: policies.p.schedule[1]: `5` has no unit: write 5ms, 5s, 5m, 5h or 5d",
             "test.yaml:13: policies.p.schedule[2]: `400d` is too long: at most 365d",
             "test.yaml:20: endpoints.e.timeout: `1h` is too long: at most 15m (e.g. 10s)",
         ]
@@ -555,7 +616,7 @@ endpoints:
     );
     let allowed =
         format!("delivery:\n  allow_networks: [10.0.0.0/8, \"::1\", 169.254.169.254/32]\n{endpoints}");
-    assert_eq!(load(&allowed).unwrap().endpoints.len(), 4);
+    assert_eq!(load(&allowed).unwrap().file_endpoints.len(), 4);
 }
 
 /// The schema an editor shows says each duration key's range, as the validator enforces it.
@@ -620,12 +681,15 @@ endpoints:
 "#,
     )
     .unwrap();
-    let filter = c.endpoints["big"].filter.as_ref().expect("compiled");
+    let filter = c.file_endpoints["big"].filter.as_ref().expect("compiled");
     let view = |amount: i64, event_type: &str| serde_json::json!({"type": event_type, "payload": {"amount": amount, "status": "new"}});
     assert!(filter.matches(&view(1500, "order.paid")));
     assert!(!filter.matches(&view(500, "order.paid")));
     assert!(!filter.matches(&view(1500, "order.created")));
-    assert!(c.endpoints["everything"].filter.is_none(), "`{{}}` is no filter");
+    assert!(
+        c.file_endpoints["everything"].filter.is_none(),
+        "`{{}}` is no filter"
+    );
 
     let found = problems(
         r#"
@@ -648,17 +712,12 @@ endpoints:
         found.contains(&"test.yaml:11: endpoints.big.filter.payload.amount.$gte: `$gte` compares with a number or a string, not a list".to_owned()),
         "{found:#?}"
     );
-    assert!(
-        found
-            .iter()
-            .any(|p| p
-                .starts_with("test.yaml:12: endpoints.big.filter.paylaod.status: unknown field `paylaod`")),
-        "{found:#?}"
+    assert_problem(
+        &found,
+        "test.yaml:12: endpoints.big.filter.paylaod.status: unknown field `paylaod`",
     );
-    assert!(
-        found.iter().any(
-            |p| p.starts_with("test.yaml:14: endpoints.big.filter.$or[0].type.$regex: not a valid regex")
-        ),
-        "{found:#?}"
+    assert_problem(
+        &found,
+        "test.yaml:14: endpoints.big.filter.$or[0].type.$regex: not a valid regex",
     );
 }

@@ -14,10 +14,16 @@ use super::raw::RawBinding;
 use crate::model::PluginBinding;
 use crate::policy::Policy;
 
-/// The rule of every name (topics, endpoints, tenants): they travel in URLs and metric labels.
+/// [`valid_name`] in words, for every message that refuses a name.
+pub const NAME_RULE: &str =
+    "1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`, starting with a letter or digit";
+
+/// The one rule of every name — topics, endpoints (from the file or the API), tenants,
+/// channels — stated by [`NAME_RULE`]: they travel in URLs and metric labels, and a first
+/// letter or digit keeps out `.` and `..`, which a URL's path resolves away.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
+    name.len() <= MAX_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -53,16 +59,16 @@ impl Validator<'_> {
         });
     }
 
-    pub(super) fn parse<T>(
+    pub(super) fn parse<T, E: std::fmt::Display>(
         &mut self,
         path: &str,
         text: &str,
-        f: impl FnOnce(&str) -> Result<T, String>,
+        f: impl FnOnce(&str) -> Result<T, E>,
     ) -> Option<T> {
         match f(text) {
             Ok(v) => Some(v),
             Err(reason) => {
-                self.problem(path, reason);
+                self.problem(path, reason.to_string());
                 None
             }
         }
@@ -124,10 +130,7 @@ impl Validator<'_> {
     /// Topic and endpoint names appear in URLs and metrics labels: keep them plain.
     pub(super) fn name(&mut self, path: &str, name: &str) {
         if !valid_name(name) {
-            self.problem(
-                path,
-                format!("`{name}` must be 1-128 characters of a-z, A-Z, 0-9, `-`, `_`, `.`"),
-            );
+            self.problem(path, format!("`{name}` must be {NAME_RULE}"));
         }
     }
 
@@ -165,14 +168,23 @@ impl Validator<'_> {
     }
 }
 
+/// Why a size such as `256KiB` was refused; each names the text as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum SizeError {
+    #[error("`{0}` is not a size such as 256KiB")]
+    NotASize(String),
+    #[error("unknown size unit `{0}` (use B, KiB, MiB, GiB, KB, MB, GB)")]
+    UnknownUnit(String),
+    #[error("`{0}` is out of range")]
+    OutOfRange(String),
+}
+
 /// `256KiB`, `1MiB`, `1000`, `64KB`: a byte count.
-pub(super) fn parse_size(text: &str) -> Result<usize, String> {
+pub(super) fn parse_size(text: &str) -> Result<usize, SizeError> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size such as 256KiB"))?;
+    let n: usize = digits.parse().map_err(|_| SizeError::NotASize(text.to_owned()))?;
     let factor: usize = match unit.trim() {
         "" | "B" => 1,
         "KiB" | "K" => 1 << 10,
@@ -181,50 +193,66 @@ pub(super) fn parse_size(text: &str) -> Result<usize, String> {
         "KB" | "kB" => 1000,
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown size unit `{other}` (use B, KiB, MiB, GiB, KB, MB, GB)"
-            ));
-        }
+        other => return Err(SizeError::UnknownUnit(other.to_owned())),
     };
     n.checked_mul(factor)
         .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{text}` is out of range"))
+        .ok_or_else(|| SizeError::OutOfRange(text.to_owned()))
+}
+
+/// Why a PEM file (a CA bundle, a client certificate or key) was refused. The caller names
+/// the file.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PemFileError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("larger than {} KiB", MAX_CA_FILE_BYTES / 1024)]
+    TooLarge,
+    #[error("not a PEM certificate file ({0})")]
+    NotPem(rustls::pki_types::pem::Error),
+    #[error("holds no `BEGIN CERTIFICATE` block")]
+    NoCertificate,
+    /// `number` counts from 1, as a reader of the file would.
+    #[error("certificate {number} is not a usable CA certificate: {source}")]
+    UnusableCa { number: usize, source: rustls::Error },
 }
 
 /// The certificates of a PEM file, each checked to be usable as a trust anchor.
-pub(super) fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(super) fn read_ca_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemFileError> {
     use rustls::pki_types::pem::PemObject as _;
     let pem = read_pem_file(path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not a PEM certificate file ({e})"))?;
+        .map_err(PemFileError::NotPem)?;
     if certs.is_empty() {
-        return Err("holds no `BEGIN CERTIFICATE` block".to_owned());
+        return Err(PemFileError::NoCertificate);
     }
     let mut check = rustls::RootCertStore::empty();
     for (n, cert) in certs.iter().enumerate() {
         check
             .add(cert.clone())
-            .map_err(|e| format!("certificate {} is not a usable CA certificate: {e}", n + 1))?;
+            .map_err(|source| PemFileError::UnusableCa {
+                number: n + 1,
+                source,
+            })?;
     }
     Ok(certs)
 }
 
 /// A small PEM file's bytes. Only a regular file, read no further than the limit: never block
 /// on a FIFO, and never read a device or a `/proc` file (which report a size of 0) without end.
-pub(super) fn read_pem_file(path: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn read_pem_file(path: &Path) -> Result<Vec<u8>, PemFileError> {
     use std::io::Read as _;
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
-        return Err("not a regular file".to_owned());
+        return Err(PemFileError::NotAFile);
     }
     let mut pem = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
-        .map_err(|e| e.to_string())?;
+    std::fs::File::open(path).and_then(|file| file.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))?;
     if pem.len() as u64 > MAX_CA_FILE_BYTES {
-        return Err(format!("larger than {} KiB", MAX_CA_FILE_BYTES / 1024));
+        return Err(PemFileError::TooLarge);
     }
     Ok(pem)
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use notify_debouncer_full::notify::RecursiveMode;
+use notify_debouncer_full::notify::{self, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
@@ -35,7 +35,7 @@ pub struct ConfigWatcher {
 impl ConfigWatcher {
     /// Starts watching the folder of `path`. Fails if the platform cannot watch it; the caller
     /// then relies on SIGHUP.
-    pub fn start(path: PathBuf) -> Result<ConfigWatcher, String> {
+    pub fn start(path: PathBuf) -> Result<ConfigWatcher, notify::Error> {
         let folder = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
@@ -43,7 +43,7 @@ impl ConfigWatcher {
         let file_name = path
             .file_name()
             .map(|n| n.to_os_string())
-            .ok_or("not a file path")?;
+            .ok_or_else(|| notify::Error::generic("not a file path"))?;
         let (tx, rx) = mpsc::unbounded_channel::<()>();
         let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
             if let Ok(events) = result
@@ -55,11 +55,8 @@ impl ConfigWatcher {
             {
                 let _ = tx.send(());
             }
-        })
-        .map_err(|e| e.to_string())?;
-        debouncer
-            .watch(&folder, RecursiveMode::NonRecursive)
-            .map_err(|e| e.to_string())?;
+        })?;
+        debouncer.watch(&folder, RecursiveMode::NonRecursive)?;
         tracing::info!(path = %path.display(), "watching the config file for changes");
         let last = content_hash(&path);
         Ok(ConfigWatcher {
@@ -71,7 +68,11 @@ impl ConfigWatcher {
     }
 
     /// Calls `on_change` after each settled change of the file's content, until `shutdown`.
-    pub async fn run(mut self, shutdown: CancellationToken, on_change: impl Fn() + Send + 'static) {
+    pub async fn run<F: Future<Output = ()> + Send>(
+        mut self,
+        shutdown: CancellationToken,
+        on_change: impl Fn() -> F + Send + 'static,
+    ) {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -85,7 +86,7 @@ impl ConfigWatcher {
                     // A missing file mid-rename is not a change: the rename's own event follows.
                     if now.is_some() && now != self.last {
                         self.last = now;
-                        on_change();
+                        on_change().await;
                     }
                 }
             }

@@ -111,7 +111,7 @@ fn convert(
         reason,
     };
     Ok(match &node.data {
-        YamlData::Value(scalar) => scalar_to_json(scalar).map_err(fail)?,
+        YamlData::Value(scalar) => scalar_to_json(scalar).map_err(|e| fail(e.to_string()))?,
         YamlData::Representation(text, ..) => Value::String(text.to_string()),
         YamlData::Sequence(items) => {
             let mut out = Vec::with_capacity(items.len());
@@ -149,14 +149,19 @@ fn convert(
     })
 }
 
-fn scalar_to_json(scalar: &Scalar<'_>) -> Result<Value, String> {
+/// A YAML float that JSON cannot hold (`.inf`, `.nan`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not a finite number")]
+struct NotFinite(f64);
+
+fn scalar_to_json(scalar: &Scalar<'_>) -> Result<Value, NotFinite> {
     Ok(match scalar {
         Scalar::Null => Value::Null,
         Scalar::Boolean(b) => Value::Bool(*b),
         Scalar::Integer(i) => Value::Number((*i).into()),
         Scalar::FloatingPoint(f) => Number::from_f64(f.into_inner())
             .map(Value::Number)
-            .ok_or_else(|| format!("{} is not a finite number", f.into_inner()))?,
+            .ok_or(NotFinite(f.into_inner()))?,
         Scalar::String(s) => Value::String(s.to_string()),
     })
 }

@@ -20,11 +20,12 @@ use amqprs::{Ack, BasicProperties, Cancel, Close, CloseChannel, FieldTable, Fiel
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::OutgoingMessage;
-use super::broker::{Answer, Dialer, finish, header_pairs};
-use super::destination::{BrokerAddress, decoded_path, known_query_keys};
-use super::links::{Failure, Links, Live};
-use crate::model::{Exchange, Outcome};
+use super::broker::{
+    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    known_query_keys,
+};
+use super::masked::masked_url;
+use super::{OutgoingMessage, UrlError};
 
 /// The longest exchange name or routing key AMQP carries (a short string).
 const MAX_NAME_BYTES: usize = 255;
@@ -40,25 +41,27 @@ pub struct AmqpTarget {
     pub(super) shown: String,
 }
 
-impl AmqpTarget {
-    pub(super) fn parse(url: &url::Url) -> Result<AmqpTarget, String> {
-        let shown = super::destination::masked_url(url);
+impl BrokerTarget for AmqpTarget {
+    fn parse(url: &url::Url) -> Result<AmqpTarget, UrlError> {
+        let shown = masked_url(url);
         let tls = url.scheme() == "amqps";
         let server = BrokerAddress::from_url(url, tls, if tls { 5671 } else { 5672 })?;
-        known_query_keys(url, &["exchange", "routing_key"]).map_err(|e| format!("`{shown}`: {e}"))?;
+        known_query_keys(url, &["exchange", "routing_key"])?;
         let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
         let exchange = query.get("exchange").cloned().unwrap_or_default();
         let routing_key = query.get("routing_key").cloned().unwrap_or_default();
         for (key, value) in [("exchange", &exchange), ("routing_key", &routing_key)] {
             if value.len() > MAX_NAME_BYTES {
-                return Err(format!("`{shown}`: {key} is longer than {MAX_NAME_BYTES} bytes"));
+                return Err(UrlError::Target(format!(
+                    "`{shown}`: {key} is longer than {MAX_NAME_BYTES} bytes"
+                )));
             }
         }
         if exchange.is_empty() && routing_key.is_empty() {
-            return Err(format!(
+            return Err(UrlError::Target(format!(
                 "`{shown}` names neither an exchange nor a routing key (the default exchange \
                  routes by queue name: ?routing_key=QUEUE)"
-            ));
+            )));
         }
         let vhost = match decoded_path(url)? {
             path if path.is_empty() => "/".to_owned(),
@@ -73,19 +76,38 @@ impl AmqpTarget {
         })
     }
 
+    fn kind(&self) -> &'static str {
+        "amqp"
+    }
+
+    fn server(&self) -> &BrokerAddress {
+        &self.server
+    }
+
+    fn shown(&self) -> &str {
+        &self.shown
+    }
+
     /// `exchange shop, routing key orders`, or `default exchange, routing key jobs`.
-    pub(super) fn describe(&self) -> String {
+    fn describe(&self) -> String {
         if self.exchange.is_empty() {
             format!("default exchange, routing key {}", self.routing_key)
         } else {
             format!("exchange {}, routing key {}", self.exchange, self.routing_key)
         }
     }
+
+    fn messaging(&self) -> (&'static str, &str) {
+        match self.exchange.as_str() {
+            "" => ("rabbitmq", "amq.default"),
+            exchange => ("rabbitmq", exchange),
+        }
+    }
 }
 
 /// Which broker connection a target needs: address, credentials and virtual host.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct LinkKey {
+pub(super) struct LinkKey {
     server: BrokerAddress,
     vhost: String,
 }
@@ -94,7 +116,7 @@ struct LinkKey {
 /// publishes to an exchange that does not exist, which must not take the other endpoints'
 /// publishes on that connection with it.
 #[derive(Clone)]
-struct AmqpLink {
+pub(super) struct AmqpLink {
     connection: Arc<Closing>,
     /// Set when the connection's callback saw it close or went away with it.
     broken: Arc<AtomicBool>,
@@ -283,87 +305,39 @@ impl ChannelCallback for ConfirmCallback {
     }
 }
 
-/// Publishes with confirms over one link per broker and virtual host.
-pub(super) struct AmqpSender {
-    links: Links<LinkKey, AmqpLink>,
-}
+/// Publishes with confirms over one connection per broker, credentials and virtual host.
+pub(super) struct Amqp;
 
-impl AmqpSender {
-    pub(super) fn new() -> Self {
-        AmqpSender { links: Links::new() }
+impl Broker for Amqp {
+    type Target = AmqpTarget;
+    type Key = LinkKey;
+    type Link = AmqpLink;
+
+    fn key(target: &AmqpTarget) -> LinkKey {
+        LinkKey {
+            server: target.server.clone(),
+            vhost: target.vhost.clone(),
+        }
     }
 
-    pub(super) fn clear(&self) {
-        self.links.clear();
+    async fn dial(dialer: &Dialer, target: &AmqpTarget, _deadline: Instant) -> Result<AmqpLink, Failure> {
+        connect(dialer, target).await
     }
 
-    pub(super) async fn send(
-        &self,
-        dialer: &Dialer,
-        target: &AmqpTarget,
-        msg: &OutgoingMessage,
-        deadline: Instant,
-    ) -> (Outcome, Exchange) {
-        let answer = self.publish(dialer, target, msg, deadline).await;
-        finish(msg, answer)
-    }
-
-    async fn publish(
-        &self,
-        dialer: &Dialer,
+    async fn send(
+        link: &AmqpLink,
         target: &AmqpTarget,
         msg: &OutgoingMessage,
         deadline: Instant,
     ) -> Result<Answer, Failure> {
-        let key = LinkKey {
-            server: target.server.clone(),
-            vhost: target.vhost.clone(),
-        };
-        let link = self.links.get(&key, deadline, || connect(dialer, target)).await?;
-        let channel = tokio::time::timeout_at(deadline, channel_for(&link, &target.exchange))
+        let channel = tokio::time::timeout_at(deadline, channel_for(link, &target.exchange))
             .await
             .map_err(|_| Failure::timeout("no channel within the attempt's timeout"))??;
-        let (done, confirmed) = oneshot::channel();
-        let Ok(publishing) = tokio::time::timeout_at(deadline, channel.publishing.lock()).await else {
-            return Err(Failure::timeout(
-                "no turn to publish within the attempt's timeout",
-            ));
-        };
-        let tag = {
-            let mut confirms = channel.lock();
-            if confirms.closed {
-                return Err(Failure::connect("the channel to the broker is closed"));
-            }
-            confirms.next_tag += 1;
-            let tag = confirms.next_tag;
-            confirms.waiting.insert(
-                tag,
-                Waiting {
-                    message_id: msg.message_id.clone(),
-                    exchange: target.exchange.clone(),
-                    routing_key: target.routing_key.clone(),
-                    returned: None,
-                    done,
-                },
-            );
-            tag
-        };
-        let mut args = BasicPublishArguments::new(&target.exchange, &target.routing_key);
-        args.mandatory = true;
-        let sent = channel
-            .channel
-            .basic_publish(properties(msg), msg.body.to_vec(), args)
-            .await;
-        drop(publishing);
-        if let Err(e) = sent {
-            channel.lock().waiting.remove(&tag);
-            return Err(Failure::connect(format!("publish to {}: {e}", target.server)));
-        }
-        let confirmed = tokio::time::timeout_at(deadline, confirmed)
+        let confirmed = publish(&channel, target, msg, deadline).await?;
+        tokio::time::timeout_at(deadline, confirmed)
             .await
             .map_err(|_| Failure::timeout("no confirm within the attempt's timeout"))?
-            .unwrap_or_else(|_| Err(Failure::connect("the connection to the broker broke")));
-        confirmed?;
+            .unwrap_or_else(|_| Err(Failure::connect("the connection to the broker broke")))?;
         let mut fields = if target.exchange.is_empty() {
             vec![("exchange".to_owned(), String::new())]
         } else {
@@ -376,6 +350,53 @@ impl AmqpSender {
             summary: format!("basic.ack: {} took the message", target.describe()),
         })
     }
+}
+
+/// Numbers the publish, sends it on `channel` in that order, and answers where its confirm
+/// will arrive.
+async fn publish(
+    channel: &ConfirmChannel,
+    target: &AmqpTarget,
+    msg: &OutgoingMessage,
+    deadline: Instant,
+) -> Result<oneshot::Receiver<Result<(), Failure>>, Failure> {
+    let (done, confirmed) = oneshot::channel();
+    let Ok(publishing) = tokio::time::timeout_at(deadline, channel.publishing.lock()).await else {
+        return Err(Failure::timeout(
+            "no turn to publish within the attempt's timeout",
+        ));
+    };
+    let tag = {
+        let mut confirms = channel.lock();
+        if confirms.closed {
+            return Err(Failure::connect("the channel to the broker is closed"));
+        }
+        confirms.next_tag += 1;
+        let tag = confirms.next_tag;
+        confirms.waiting.insert(
+            tag,
+            Waiting {
+                message_id: msg.message_id.clone(),
+                exchange: target.exchange.clone(),
+                routing_key: target.routing_key.clone(),
+                returned: None,
+                done,
+            },
+        );
+        tag
+    };
+    let mut args = BasicPublishArguments::new(&target.exchange, &target.routing_key);
+    args.mandatory = true;
+    let sent = channel
+        .channel
+        .basic_publish(properties(msg), msg.body.to_vec(), args)
+        .await;
+    drop(publishing);
+    if let Err(e) = sent {
+        channel.lock().waiting.remove(&tag);
+        return Err(Failure::connect(format!("publish to {}: {e}", target.server)));
+    }
+    Ok(confirmed)
 }
 
 /// Persistent, with the event id as message id, the content type, and every other header in
@@ -479,7 +500,7 @@ async fn channel_for(link: &AmqpLink, exchange: &str) -> Result<ConfirmChannel, 
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<AmqpTarget, String> {
+    fn parse(text: &str) -> Result<AmqpTarget, UrlError> {
         AmqpTarget::parse(&url::Url::parse(text).unwrap())
     }
 
@@ -495,7 +516,7 @@ mod tests {
         assert_eq!((t.vhost.as_str(), t.exchange.as_str()), ("prod", ""));
         assert_eq!(t.server.port, 5671);
         assert!(t.server.tls);
-        assert!(parse("amqp://h").unwrap_err().contains("neither"));
+        assert!(parse("amqp://h").unwrap_err().to_string().contains("neither"));
         assert!(
             parse("amqp://h/?exchange=x&queue=y").is_err(),
             "unknown query keys are refused"

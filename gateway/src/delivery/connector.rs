@@ -13,6 +13,7 @@
 //! cannot resolve it to somewhere else. The proxy's own address is the operator's choice and
 //! is not judged.
 
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -30,7 +31,7 @@ use ipnet::IpNet;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use super::route::ProxyAddr;
+use super::masked::masked_text;
 use super::{DeliveryError, Resolve, ssrf};
 
 /// How long one address gets before the next one is tried in parallel (RFC 8305 suggests
@@ -298,6 +299,70 @@ async fn connect_one(addr: SocketAddr) -> Result<TcpStream, DeliveryError> {
     }
 }
 
+/// Why a proxy URL names no proxy; the URL is shown with any credentials masked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    #[error("`{url}` is not a URL: {reason}")]
+    NotAUrl { url: String, reason: String },
+    #[error("`{0}` must start with http:// (a CONNECT proxy)")]
+    NotHttp(String),
+    #[error("`{0}` has no host")]
+    NoHost(String),
+    #[error("proxy credentials in the URL are not supported")]
+    Credentials,
+    #[error("`{0}` may not have a path or query")]
+    PathOrQuery(String),
+}
+
+/// An HTTP proxy that tunnels with `CONNECT`: `http://host:port`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProxyAddr {
+    pub host: String,
+    pub port: u16,
+}
+
+impl ProxyAddr {
+    /// `http://host:port` (port 80 when absent); no credentials, path or query.
+    pub fn parse(text: &str) -> Result<ProxyAddr, ProxyError> {
+        let shown = || masked_text(text);
+        let uri: Uri = text
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| ProxyError::NotAUrl {
+                url: shown(),
+                reason: e.to_string(),
+            })?;
+        if uri.scheme_str() != Some("http") {
+            return Err(ProxyError::NotHttp(shown()));
+        }
+        let authority = uri.authority().ok_or_else(|| ProxyError::NoHost(shown()))?;
+        if authority.as_str().contains('@') {
+            return Err(ProxyError::Credentials);
+        }
+        if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return Err(ProxyError::PathOrQuery(shown()));
+        }
+        let host = authority.host();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        Ok(ProxyAddr {
+            host: host.to_owned(),
+            port: authority.port_u16().unwrap_or(80),
+        })
+    }
+}
+
+impl fmt::Display for ProxyAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +406,31 @@ mod tests {
             port_of(&uri("/relative")),
             Err(DeliveryError::UnsupportedScheme(_))
         ));
+    }
+
+    #[test]
+    fn proxies_are_plain_http_urls_with_a_host_and_nothing_else() {
+        assert_eq!(
+            ProxyAddr::parse("http://proxy.internal:3128").unwrap(),
+            ProxyAddr {
+                host: "proxy.internal".into(),
+                port: 3128
+            }
+        );
+        assert_eq!(
+            ProxyAddr::parse("http://[::1]:8080/").unwrap().to_string(),
+            "[::1]:8080"
+        );
+        assert_eq!(ProxyAddr::parse("http://p").unwrap().port, 80);
+        for bad in [
+            "https://p:443",
+            "socks5://p:1080",
+            "http://user:pw@p:3128",
+            "http://p:3128/path",
+            "p:3128",
+        ] {
+            let err = ProxyAddr::parse(bad).unwrap_err().to_string();
+            assert!(!err.contains("pw"), "{err}");
+        }
     }
 }

@@ -1,25 +1,33 @@
 //! Where an endpoint's messages go: one [`Destination`], chosen here from the URL's scheme and
-//! nowhere else. Each kind parses its own URL form in its own file; what they share — a
-//! broker's address with its credentials — is [`BrokerAddress`].
+//! nowhere else. Each kind reads its own URL form in its own file (`http/`, `nats.rs`,
+//! `amqp.rs`, `redis.rs`, `mqtt.rs`); this file only picks the kind, and asks a broker kind
+//! what people and traces see of it through [`BrokerTarget`].
 //!
 //! A destination is what the config validated, the attempt sends to and the API shows, so it
 //! never prints a password: `Display` and `Debug` show the URL with its credentials masked.
 
 use std::fmt;
 
-use http::Uri;
+use http::Method;
 
+use super::UrlError;
 use super::amqp::AmqpTarget;
+use super::broker::{BrokerTarget, broker_url};
+use super::http::HttpTarget;
+use super::masked::masked_text;
 use super::mqtt::MqttTarget;
 use super::nats::NatsTarget;
 use super::redis::RedisTarget;
-use crate::model::Secret;
+
+/// The schemes [`Destination::parse`] knows, as its error names them.
+pub(super) const KNOWN_SCHEMES: &str = "http://, https://, nats://, tls://, amqp://, amqps://, \
+    redis://, rediss://, mqtt:// or mqtts://";
 
 /// Where an endpoint's messages go (README "Destinations").
 #[derive(Clone, PartialEq)]
 pub enum Destination {
     /// `http://`, `https://`: a `POST` to the URL.
-    Http(Uri),
+    Http(HttpTarget),
     /// `nats://`, `tls://`: a JetStream publish to a subject.
     Nats(NatsTarget),
     /// `amqp://`, `amqps://`: a confirmed publish to an exchange with a routing key.
@@ -33,44 +41,50 @@ pub enum Destination {
 impl Destination {
     /// The destination a URL names, or why it names none. The reason never repeats a
     /// password.
-    pub fn parse(text: &str) -> Result<Destination, String> {
+    pub fn parse(text: &str) -> Result<Destination, UrlError> {
         let scheme = text
             .split_once("://")
             .map(|(scheme, _)| scheme.to_ascii_lowercase())
             .unwrap_or_default();
         match scheme.as_str() {
-            "http" | "https" => parse_http(text).map(Destination::Http),
+            "http" | "https" => HttpTarget::parse(text).map(Destination::Http),
             "nats" | "tls" => NatsTarget::parse(&broker_url(text)?).map(Destination::Nats),
             "amqp" | "amqps" => AmqpTarget::parse(&broker_url(text)?).map(Destination::Amqp),
             "redis" | "rediss" => RedisTarget::parse(&broker_url(text)?).map(Destination::Redis),
             "mqtt" | "mqtts" => MqttTarget::parse(&broker_url(text)?).map(Destination::Mqtt),
-            _ => Err(format!(
-                "`{}` must start with http://, https://, nats://, tls://, amqp://, amqps://, \
-                 redis://, rediss://, mqtt:// or mqtts://",
-                masked_text(text)
-            )),
+            _ => Err(UrlError::UnknownScheme(masked_text(text))),
+        }
+    }
+
+    /// A broker destination as every broker kind describes itself; None for HTTP.
+    fn broker(&self) -> Option<&dyn BrokerTarget> {
+        match self {
+            Destination::Http(_) => None,
+            Destination::Nats(t) => Some(t),
+            Destination::Amqp(t) => Some(t),
+            Destination::Redis(t) => Some(t),
+            Destination::Mqtt(t) => Some(t),
+        }
+    }
+
+    /// The HTTP target, when this is an HTTP(S) destination.
+    pub fn http(&self) -> Option<&HttpTarget> {
+        match self {
+            Destination::Http(target) => Some(target),
+            _ => None,
         }
     }
 
     /// The transport's name as the API shows it: `http`, `nats`, `amqp`, `redis` or `mqtt`.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Destination::Http(_) => "http",
-            Destination::Nats(_) => "nats",
-            Destination::Amqp(_) => "amqp",
-            Destination::Redis(_) => "redis",
-            Destination::Mqtt(_) => "mqtt",
-        }
+        self.broker().map_or("http", BrokerTarget::kind)
     }
 
     /// The host the transport connects to, as written (an IP literal keeps its brackets).
     pub fn host(&self) -> Option<&str> {
-        match self {
-            Destination::Http(url) => url.host(),
-            Destination::Nats(t) => Some(&t.server.host),
-            Destination::Amqp(t) => Some(&t.server.host),
-            Destination::Redis(t) => Some(&t.server.host),
-            Destination::Mqtt(t) => Some(&t.server.host),
+        match self.broker() {
+            None => self.http().and_then(|t| t.url.host()),
+            Some(t) => Some(&t.server().host),
         }
     }
 
@@ -78,26 +92,23 @@ impl Destination {
     /// `exchange shop, routing key orders`, `stream orders`, `topic shop/orders`. None for
     /// HTTP, whose answer is a status code.
     pub fn target(&self) -> Option<String> {
-        match self {
-            Destination::Http(_) => None,
-            Destination::Nats(t) => Some(format!("subject {}", t.subject)),
-            Destination::Amqp(t) => Some(t.describe()),
-            Destination::Redis(t) => Some(format!("stream {}", t.stream)),
-            Destination::Mqtt(t) => Some(format!("topic {}", t.topic)),
-        }
+        self.broker().map(BrokerTarget::describe)
     }
 
     /// For traces: the messaging system (OpenTelemetry's `messaging.system`) and the name of
     /// the destination the message goes to; None for HTTP.
     pub fn messaging(&self) -> Option<(&'static str, &str)> {
-        match self {
-            Destination::Http(_) => None,
-            Destination::Nats(t) => Some(("nats", &t.subject)),
-            Destination::Amqp(t) if t.exchange.is_empty() => Some(("rabbitmq", "amq.default")),
-            Destination::Amqp(t) => Some(("rabbitmq", &t.exchange)),
-            Destination::Redis(t) => Some(("redis", &t.stream)),
-            Destination::Mqtt(t) => Some(("mqtt", &t.topic)),
+        self.broker().map(BrokerTarget::messaging)
+    }
+
+    /// This destination with `method` for an HTTP request (a transform may choose `PUT` or
+    /// `PATCH` for one message); a broker message has no method, and its copy is unchanged.
+    pub fn with_method(&self, method: Method) -> Destination {
+        let mut copy = self.clone();
+        if let Destination::Http(http) = &mut copy {
+            http.method = method;
         }
+        copy
     }
 
     /// Whether this is an HTTP(S) destination, the only kind with `auth`, `tls` and `proxy`.
@@ -107,12 +118,9 @@ impl Destination {
 
     /// The URL with any credentials shown as `***`.
     pub fn masked(&self) -> String {
-        match self {
-            Destination::Http(url) => masked_uri(url),
-            Destination::Nats(t) => t.shown.clone(),
-            Destination::Amqp(t) => t.shown.clone(),
-            Destination::Redis(t) => t.shown.clone(),
-            Destination::Mqtt(t) => t.shown.clone(),
+        match self.broker() {
+            None => self.http().map(HttpTarget::masked).unwrap_or_default(),
+            Some(t) => t.shown().to_owned(),
         }
     }
 }
@@ -129,146 +137,10 @@ impl fmt::Debug for Destination {
     }
 }
 
-fn parse_http(text: &str) -> Result<Uri, String> {
-    let uri: Uri = text
-        .parse()
-        .map_err(|e| format!("`{}` is not a URL: {e}", masked_text(text)))?;
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("`{}` has no host", masked_uri(&uri)));
-    }
-    Ok(uri)
-}
-
-fn broker_url(text: &str) -> Result<url::Url, String> {
-    let url = url::Url::parse(text).map_err(|e| format!("`{}` is not a URL: {e}", masked_text(text)))?;
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{}` has no host", masked_text(text)));
-    }
-    if url.fragment().is_some() {
-        return Err(format!("`{}` may not have a #fragment", masked_text(text)));
-    }
-    Ok(url)
-}
-
-/// `https://user:pass@host/x` → `https://***@host/x`: credentials in URLs are secrets.
-pub fn masked_uri(url: &Uri) -> String {
-    masked_text(&url.to_string())
-}
-
-/// A broker URL as text, credentials masked.
-pub(super) fn masked_url(url: &url::Url) -> String {
-    masked_text(url.as_str())
-}
-
-/// The URL text with everything between `://` and the authority's last `@` shown as `***`.
-fn masked_text(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => text.to_owned(),
-    }
-}
-
-/// A broker's address and credentials, from a URL's authority. Endpoints with the same
-/// address (credentials included) share one connection.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct BrokerAddress {
-    /// From the scheme: `tls`, `amqps`, `rediss`, `mqtts`.
-    pub tls: bool,
-    /// As written; an IPv6 literal keeps its brackets.
-    pub host: String,
-    pub port: u16,
-    pub username: Option<String>,
-    pub password: Option<Secret>,
-}
-
-impl BrokerAddress {
-    /// The address of `url`, with `default_port` when it names none.
-    pub(super) fn from_url(url: &url::Url, tls: bool, default_port: u16) -> Result<Self, String> {
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|s| s.into_owned())
-                .map_err(|_| "the URL's credentials are not UTF-8".to_owned())
-        };
-        let username = match url.username() {
-            "" => None,
-            user => Some(decode(user)?),
-        };
-        let password = match url.password() {
-            None => None,
-            Some(pass) => Some(Secret::new(decode(pass)?)),
-        };
-        Ok(BrokerAddress {
-            tls,
-            host: url.host_str().unwrap_or_default().to_owned(),
-            port: url.port().unwrap_or(default_port),
-            username,
-            password,
-        })
-    }
-
-    /// The host without IPv6 brackets, as a resolver or TLS takes it.
-    pub fn bare_host(&self) -> &str {
-        self.host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(&self.host)
-    }
-}
-
-impl fmt::Debug for BrokerAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BrokerAddress")
-            .field("tls", &self.tls)
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .finish()
-    }
-}
-
-impl fmt::Display for BrokerAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
-/// A URL path segment list, percent-decoded, without the leading `/`.
-pub(super) fn decoded_path(url: &url::Url) -> Result<String, String> {
-    let path = url.path().strip_prefix('/').unwrap_or(url.path());
-    percent_encoding::percent_decode_str(path)
-        .decode_utf8()
-        .map(|s| s.into_owned())
-        .map_err(|_| "the URL's path is not UTF-8".to_owned())
-}
-
-/// Refuses query keys a kind does not know, so that a typo is a config error, not a silent
-/// default.
-pub(super) fn known_query_keys(url: &url::Url, known: &[&str]) -> Result<(), String> {
-    for (key, _) in url.query_pairs() {
-        if !known.contains(&key.as_ref()) {
-            return Err(format!(
-                "unknown query key `{key}` (known: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Secret;
 
     #[test]
     fn the_scheme_chooses_the_kind() {
@@ -327,9 +199,9 @@ mod tests {
             }
         }
         let bad = Destination::parse("nats://u:hunter2@127.0.0.1/").unwrap_err();
-        assert!(!bad.contains("hunter2"), "{bad}");
+        assert!(!bad.to_string().contains("hunter2"), "{bad}");
         let bad = Destination::parse("gopher://u:hunter2@127.0.0.1/").unwrap_err();
-        assert!(!bad.contains("hunter2"), "{bad}");
+        assert!(!bad.to_string().contains("hunter2"), "{bad}");
     }
 
     #[test]

@@ -6,36 +6,34 @@
 //!   there by the transport of its kind and answers an [`Outcome`](crate::model::Outcome).
 //!   A new kind is a file here, a variant of [`Destination`], and its arm in `parse` and in
 //!   `send` (ARCHITECTURE.md, "Where to add a feature").
-//! - `http` owns one pooled keep-alive client (hyper + rustls): a whole-request timeout in
-//!   real time, redirects never followed, the response's status deciding.
-//! - `nats`, `amqp`, `redis` and `mqtt` publish to brokers over one long-lived connection per
-//!   broker (`links`), dialled to an address the SSRF guard judged, with TLS that checks the
-//!   URL's host name (`broker`).
+//! - `http/` owns one pooled keep-alive client (hyper + rustls): a whole-request timeout in
+//!   real time, redirects never followed, the response's status deciding; beside it an
+//!   endpoint's credentials ([`http::auth`], bearer, basic, OAuth2 client credentials with a
+//!   token cache), its client certificate and proxy ([`http::route`], each distinct route with
+//!   a pooled client of its own), and [`parse_retry_after`], which turns a receiver's
+//!   `Retry-After` into an absolute, capped time.
+//! - `nats`, `amqp`, `redis` and `mqtt` are the broker kinds: each a `broker::Broker` (dial a
+//!   connection, send one message on it, read the broker's answer), sent through one
+//!   long-lived connection per broker, dialled to an address the SSRF guard judged, with TLS
+//!   that checks the URL's host name (`broker/`).
 //! - [`connector`] is the SSRF guard on the wire: it resolves a host once, judges every
 //!   address with [`ssrf::check`], and connects only to an address it judged, so a DNS answer
 //!   that changes between check and connect (rebinding) cannot reach a blocked address.
-//! - [`auth`] and `oauth2` add an endpoint's credentials (bearer, basic, OAuth2 client
-//!   credentials with a token cache); [`route`] is its client certificate and egress proxy,
-//!   each distinct route with a pooled client of its own.
-//! - [`signing`] produces the Standard Webhooks headers; [`parse_retry_after`] turns a
-//!   receiver's `Retry-After` into an absolute, capped time.
+//! - [`signing`] produces the Standard Webhooks headers, for every kind; `masked` is what
+//!   people see of URLs and recorded headers.
 //!
 //! Name resolution goes through the [`Resolve`] trait so that tests never query real DNS.
 
 mod amqp;
-pub mod auth;
 mod broker;
 pub mod connector;
 mod destination;
 mod http;
-mod links;
+mod masked;
 mod mqtt;
 mod nats;
-mod oauth2;
 mod redis;
 mod resolve;
-mod retry_after;
-pub mod route;
 mod sender;
 pub mod signing;
 pub mod ssrf;
@@ -46,17 +44,22 @@ pub(crate) mod tests;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-pub use amqp::AmqpTarget;
-pub use auth::{OAuth2Client, OutboundAuth};
-pub use destination::{BrokerAddress, Destination, masked_uri};
-pub use http::{BODY_EXCERPT_BYTES, POOL_IDLE_TIMEOUT, RECORDED_BODY_BYTES, validate_url};
-pub use mqtt::MqttTarget;
-pub use nats::NatsTarget;
-pub use redis::RedisTarget;
-pub use resolve::{Resolve, ResolveFuture, SystemResolver};
-pub use retry_after::{RETRY_AFTER_CAP, parse_retry_after};
-pub use route::{ClientIdentity, ProxyAddr, Route};
-pub use sender::{OutgoingMessage, SendResult, Sender, SenderOptions};
+pub use self::amqp::AmqpTarget;
+pub use self::broker::BrokerAddress;
+pub use self::connector::{ProxyAddr, ProxyError};
+pub use self::destination::Destination;
+pub use self::http::auth::{OAuth2Client, OutboundAuth, header_safe};
+pub use self::http::route::{ClientIdentity, IdentityError, Route};
+pub use self::http::{
+    BODY_EXCERPT_BYTES, HttpTarget, POOL_IDLE_TIMEOUT, RECORDED_BODY_BYTES, RETRY_AFTER_CAP,
+    parse_retry_after, validate_url,
+};
+pub use self::masked::masked_uri;
+pub use self::mqtt::MqttTarget;
+pub use self::nats::NatsTarget;
+pub use self::redis::RedisTarget;
+pub use self::resolve::{Resolve, ResolveFuture, SystemResolver};
+pub use self::sender::{OutgoingMessage, SendResult, Sender, SenderOptions};
 
 use crate::model::ErrorKind;
 
@@ -114,6 +117,33 @@ impl DeliveryError {
             DeliveryError::Connect { .. } | DeliveryError::Proxy { .. } => Some(ErrorKind::Connect),
         }
     }
+}
+
+/// Why a URL names no destination. Every URL in it is shown with its credentials masked, so
+/// the text never repeats a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// The scheme is none of the destination kinds'.
+    #[error("`{0}` must start with {known}", known = destination::KNOWN_SCHEMES)]
+    UnknownScheme(String),
+    /// The text does not parse as a URL.
+    #[error("`{url}` is not a URL: {reason}")]
+    NotAUrl { url: String, reason: String },
+    #[error("`{0}` has no host")]
+    NoHost(String),
+    /// A broker URL with a `#fragment`, which no broker kind reads.
+    #[error("`{0}` may not have a #fragment")]
+    Fragment(String),
+    #[error("the URL's credentials are not UTF-8")]
+    CredentialsNotUtf8,
+    #[error("the URL's path is not UTF-8")]
+    PathNotUtf8,
+    /// A query key the kind does not read: a typo is an error, not a silent default.
+    #[error("`{url}`: unknown query key `{key}` (known: {known})")]
+    UnknownQueryKey { url: String, key: String, known: String },
+    /// The URL is well formed but does not name what its kind needs (a subject, a stream…).
+    #[error("{0}")]
+    Target(String),
 }
 
 /// Short, stable words for the socket errors an operator sees most, instead of the OS text

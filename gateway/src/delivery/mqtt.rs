@@ -20,11 +20,12 @@ use rumqttc::{Outgoing, TlsConfiguration, Transport};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::OutgoingMessage;
-use super::broker::{Answer, Dialer, finish, header_pairs};
-use super::destination::{BrokerAddress, decoded_path, known_query_keys};
-use super::links::{Failure, Links, Live};
-use crate::model::{Exchange, Outcome};
+use super::broker::{
+    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    known_query_keys,
+};
+use super::masked::masked_url;
+use super::{OutgoingMessage, UrlError};
 
 /// Publishes queued in the client at once, beyond which an attempt fails instead of waiting.
 const QUEUE: usize = 1024;
@@ -37,22 +38,44 @@ pub struct MqttTarget {
     pub(super) shown: String,
 }
 
-impl MqttTarget {
-    pub(super) fn parse(url: &url::Url) -> Result<MqttTarget, String> {
-        let shown = super::destination::masked_url(url);
+impl BrokerTarget for MqttTarget {
+    fn parse(url: &url::Url) -> Result<MqttTarget, UrlError> {
+        let shown = masked_url(url);
         let tls = url.scheme() == "mqtts";
         let server = BrokerAddress::from_url(url, tls, if tls { 8883 } else { 1883 })?;
-        known_query_keys(url, &[]).map_err(|e| format!("`{shown}`: {e}"))?;
+        known_query_keys(url, &[])?;
         let topic = decoded_path(url)?;
         if topic.is_empty() {
-            return Err(format!(
+            return Err(UrlError::Target(format!(
                 "`{shown}` names no topic (mqtt://host:port/TOPIC/LEVELS)"
-            ));
+            )));
         }
         if topic.contains(['+', '#', '\0']) {
-            return Err(format!("`{topic}` is not a topic to publish to: no wildcards"));
+            return Err(UrlError::Target(format!(
+                "`{topic}` is not a topic to publish to: no wildcards"
+            )));
         }
         Ok(MqttTarget { server, topic, shown })
+    }
+
+    fn kind(&self) -> &'static str {
+        "mqtt"
+    }
+
+    fn server(&self) -> &BrokerAddress {
+        &self.server
+    }
+
+    fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn describe(&self) -> String {
+        format!("topic {}", self.topic)
+    }
+
+    fn messaging(&self) -> (&'static str, &str) {
+        ("mqtt", &self.topic)
     }
 }
 
@@ -76,7 +99,7 @@ impl Waiters {
 }
 
 #[derive(Clone)]
-struct MqttLink {
+pub(super) struct MqttLink {
     client: AsyncClient,
     waiters: Arc<Mutex<Waiters>>,
     /// Ends the event loop's task when the last handle to the link goes.
@@ -107,44 +130,28 @@ impl Live for MqttLink {
     }
 }
 
-/// Publishes with QoS 1 over one connection per broker.
-pub(super) struct MqttSender {
-    links: Links<BrokerAddress, MqttLink>,
-}
+/// Publishes with QoS 1 over one connection per broker and credentials.
+pub(super) struct Mqtt;
 
-impl MqttSender {
-    pub(super) fn new() -> Self {
-        MqttSender { links: Links::new() }
+impl Broker for Mqtt {
+    type Target = MqttTarget;
+    type Key = BrokerAddress;
+    type Link = MqttLink;
+
+    fn key(target: &MqttTarget) -> BrokerAddress {
+        target.server.clone()
     }
 
-    pub(super) fn clear(&self) {
-        self.links.clear();
+    async fn dial(dialer: &Dialer, target: &MqttTarget, deadline: Instant) -> Result<MqttLink, Failure> {
+        connect(dialer, &target.server, deadline).await
     }
 
-    pub(super) async fn send(
-        &self,
-        dialer: &Dialer,
-        target: &MqttTarget,
-        msg: &OutgoingMessage,
-        deadline: Instant,
-    ) -> (Outcome, Exchange) {
-        let answer = self.publish(dialer, target, msg, deadline).await;
-        finish(msg, answer)
-    }
-
-    async fn publish(
-        &self,
-        dialer: &Dialer,
+    async fn send(
+        link: &MqttLink,
         target: &MqttTarget,
         msg: &OutgoingMessage,
         deadline: Instant,
     ) -> Result<Answer, Failure> {
-        let link = self
-            .links
-            .get(&target.server, deadline, || {
-                connect(dialer, &target.server, deadline)
-            })
-            .await?;
         let mut properties = PublishProperties::default();
         for (name, value) in header_pairs(&msg.headers) {
             if name == "content-type" {
@@ -283,7 +290,7 @@ async fn drive(mut eventloop: EventLoop, waiters: Arc<Mutex<Waiters>>, server: S
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<MqttTarget, String> {
+    fn parse(text: &str) -> Result<MqttTarget, UrlError> {
         MqttTarget::parse(&url::Url::parse(text).unwrap())
     }
 

@@ -13,11 +13,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::OutgoingMessage;
-use super::broker::{Answer, Dialer, finish, header_pairs};
-use super::destination::{BrokerAddress, decoded_path, known_query_keys};
-use super::links::{Failure, Links, Live};
-use crate::model::{Exchange, Outcome};
+use super::broker::{
+    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    known_query_keys,
+};
+use super::masked::masked_url;
+use super::{OutgoingMessage, UrlError};
 
 /// A JetStream subject on a NATS server.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,24 +28,26 @@ pub struct NatsTarget {
     pub(super) shown: String,
 }
 
-impl NatsTarget {
-    pub(super) fn parse(url: &url::Url) -> Result<NatsTarget, String> {
-        let shown = super::destination::masked_url(url);
+impl BrokerTarget for NatsTarget {
+    fn parse(url: &url::Url) -> Result<NatsTarget, UrlError> {
+        let shown = masked_url(url);
         let tls = url.scheme() == "tls";
         let server = BrokerAddress::from_url(url, tls, 4222)?;
-        known_query_keys(url, &[]).map_err(|e| format!("`{shown}`: {e}"))?;
+        known_query_keys(url, &[])?;
         let subject = decoded_path(url)?;
         if subject.is_empty() {
-            return Err(format!("`{shown}` names no subject (nats://host:port/SUBJECT)"));
+            return Err(UrlError::Target(format!(
+                "`{shown}` names no subject (nats://host:port/SUBJECT)"
+            )));
         }
         let bad_token = subject.split('.').any(|token| {
             token.is_empty() || token == "*" || token == ">" || token.chars().any(char::is_whitespace)
         });
         if bad_token {
-            return Err(format!(
+            return Err(UrlError::Target(format!(
                 "`{subject}` is not a subject to publish to: tokens separated by `.`, no spaces, \
                  no wildcards"
-            ));
+            )));
         }
         Ok(NatsTarget {
             server,
@@ -52,12 +55,32 @@ impl NatsTarget {
             shown,
         })
     }
+
+    fn kind(&self) -> &'static str {
+        "nats"
+    }
+
+    fn server(&self) -> &BrokerAddress {
+        &self.server
+    }
+
+    fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn describe(&self) -> String {
+        format!("subject {}", self.subject)
+    }
+
+    fn messaging(&self) -> (&'static str, &str) {
+        ("nats", &self.subject)
+    }
 }
 
 /// A client and whether its connection is up, as its events say: a publish waiting for its
 /// PubAck fails with `connect` the moment the connection goes down.
 #[derive(Clone)]
-struct NatsLink {
+pub(super) struct NatsLink {
     client: async_nats::Client,
     up: watch::Receiver<bool>,
 }
@@ -70,44 +93,28 @@ impl Live for NatsLink {
     }
 }
 
-/// Publishes to JetStream over one client per server.
-pub(super) struct NatsSender {
-    links: Links<BrokerAddress, NatsLink>,
-}
+/// JetStream over one client per server and credentials.
+pub(super) struct Nats;
 
-impl NatsSender {
-    pub(super) fn new() -> Self {
-        NatsSender { links: Links::new() }
+impl Broker for Nats {
+    type Target = NatsTarget;
+    type Key = BrokerAddress;
+    type Link = NatsLink;
+
+    fn key(target: &NatsTarget) -> BrokerAddress {
+        target.server.clone()
     }
 
-    pub(super) fn clear(&self) {
-        self.links.clear();
+    async fn dial(dialer: &Dialer, target: &NatsTarget, deadline: Instant) -> Result<NatsLink, Failure> {
+        connect(dialer, &target.server, deadline).await
     }
 
-    pub(super) async fn send(
-        &self,
-        dialer: &Dialer,
-        target: &NatsTarget,
-        msg: &OutgoingMessage,
-        deadline: Instant,
-    ) -> (Outcome, Exchange) {
-        let answer = self.publish(dialer, target, msg, deadline).await;
-        finish(msg, answer)
-    }
-
-    async fn publish(
-        &self,
-        dialer: &Dialer,
+    async fn send(
+        link: &NatsLink,
         target: &NatsTarget,
         msg: &OutgoingMessage,
         deadline: Instant,
     ) -> Result<Answer, Failure> {
-        let link = self
-            .links
-            .get(&target.server, deadline, || {
-                connect(dialer, &target.server, deadline)
-            })
-            .await?;
         let mut up = link.up.clone();
         if !*up.borrow_and_update() {
             return Err(Failure::connect(format!(
@@ -115,19 +122,11 @@ impl NatsSender {
                 target.server
             )));
         }
-        let mut headers = async_nats::HeaderMap::new();
-        for (name, value) in header_pairs(&msg.headers) {
-            headers.append(name.as_str(), value.as_str());
-        }
-        let publish = async_nats::jetstream::message::PublishMessage::build()
-            .payload(msg.body.clone())
-            .headers(headers)
-            .message_id(&msg.message_id);
         let mut context = async_nats::jetstream::new(link.client.clone());
         context.set_timeout(deadline.saturating_duration_since(Instant::now()));
         let ack = async {
             let pending = context
-                .send_publish(target.subject.clone(), publish)
+                .send_publish(target.subject.clone(), publish_message(msg))
                 .await
                 .map_err(|e| publish_failure(&e))?;
             pending.await.map_err(|e| publish_failure(&e))
@@ -146,24 +145,41 @@ impl NatsSender {
                 )));
             }
         };
-        Ok(Answer {
-            fields: vec![
-                ("subject".to_owned(), target.subject.clone()),
-                ("stream".to_owned(), ack.stream.clone()),
-                ("seq".to_owned(), ack.sequence.to_string()),
-                ("duplicate".to_owned(), ack.duplicate.to_string()),
-            ],
-            summary: format!(
-                "PubAck: stream {}, sequence {}{}",
-                ack.stream,
-                ack.sequence,
-                if ack.duplicate {
-                    " (a duplicate: the stream had it already)"
-                } else {
-                    ""
-                }
-            ),
-        })
+        Ok(answer(target, &ack))
+    }
+}
+
+/// The message as JetStream takes it: the headers, the body, the event id as `Nats-Msg-Id`.
+fn publish_message(msg: &OutgoingMessage) -> async_nats::jetstream::message::PublishMessage {
+    let mut headers = async_nats::HeaderMap::new();
+    for (name, value) in header_pairs(&msg.headers) {
+        headers.append(name.as_str(), value.as_str());
+    }
+    async_nats::jetstream::message::PublishMessage::build()
+        .payload(msg.body.clone())
+        .headers(headers)
+        .message_id(&msg.message_id)
+}
+
+/// What the stream's PubAck said.
+fn answer(target: &NatsTarget, ack: &async_nats::jetstream::publish::PublishAck) -> Answer {
+    Answer {
+        fields: vec![
+            ("subject".to_owned(), target.subject.clone()),
+            ("stream".to_owned(), ack.stream.clone()),
+            ("seq".to_owned(), ack.sequence.to_string()),
+            ("duplicate".to_owned(), ack.duplicate.to_string()),
+        ],
+        summary: format!(
+            "PubAck: stream {}, sequence {}{}",
+            ack.stream,
+            ack.sequence,
+            if ack.duplicate {
+                " (a duplicate: the stream had it already)"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
@@ -243,7 +259,7 @@ async fn connect(dialer: &Dialer, server: &BrokerAddress, deadline: Instant) -> 
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<NatsTarget, String> {
+    fn parse(text: &str) -> Result<NatsTarget, UrlError> {
         NatsTarget::parse(&url::Url::parse(text).unwrap())
     }
 

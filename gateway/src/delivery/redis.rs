@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::time::Instant;
 
-use super::OutgoingMessage;
-use super::broker::{Answer, Dialer, finish, header_pairs};
-use super::destination::{BrokerAddress, decoded_path, known_query_keys};
-use super::links::{Failure, Links, Live};
-use crate::model::{Exchange, Outcome};
+use super::broker::{
+    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    known_query_keys,
+};
+use super::masked::masked_url;
+use super::{OutgoingMessage, UrlError};
 
 /// A stream on a Redis server.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,20 +30,18 @@ pub struct RedisTarget {
     pub(super) shown: String,
 }
 
-impl RedisTarget {
-    pub(super) fn parse(url: &url::Url) -> Result<RedisTarget, String> {
-        let shown = super::destination::masked_url(url);
+impl BrokerTarget for RedisTarget {
+    fn parse(url: &url::Url) -> Result<RedisTarget, UrlError> {
+        let shown = masked_url(url);
         let tls = url.scheme() == "rediss";
         let server = BrokerAddress::from_url(url, tls, 6379)?;
-        known_query_keys(url, &["stream", "maxlen"]).map_err(|e| format!("`{shown}`: {e}"))?;
+        known_query_keys(url, &["stream", "maxlen"])?;
         let path = decoded_path(url)?;
         let db = match path.trim_end_matches('/') {
             "" => 0,
-            n => n
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| format!("`{shown}`: the path is the database number, not `{n}`"))?,
+            n => n.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                UrlError::Target(format!("`{shown}`: the path is the database number, not `{n}`"))
+            })?,
         };
         let mut stream = None;
         let mut max_len = None;
@@ -50,16 +49,15 @@ impl RedisTarget {
             match key.as_ref() {
                 "stream" => stream = Some(value.into_owned()),
                 _ => {
-                    max_len =
-                        Some(value.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                            format!("`{shown}`: maxlen `{value}` is not a positive number")
-                        })?);
+                    max_len = Some(value.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        UrlError::Target(format!("`{shown}`: maxlen `{value}` is not a positive number"))
+                    })?);
                 }
             }
         }
         let stream = stream
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| format!("`{shown}` names no stream (?stream=KEY)"))?;
+            .ok_or_else(|| UrlError::Target(format!("`{shown}` names no stream (?stream=KEY)")))?;
         Ok(RedisTarget {
             server,
             db,
@@ -68,16 +66,37 @@ impl RedisTarget {
             shown,
         })
     }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn server(&self) -> &BrokerAddress {
+        &self.server
+    }
+
+    fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn describe(&self) -> String {
+        format!("stream {}", self.stream)
+    }
+
+    fn messaging(&self) -> (&'static str, &str) {
+        ("redis", &self.stream)
+    }
 }
 
+/// Which connection a stream needs: the server, credentials and database.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct LinkKey {
+pub(super) struct LinkKey {
     server: BrokerAddress,
     db: i64,
 }
 
 #[derive(Clone)]
-struct RedisLink {
+pub(super) struct RedisLink {
     conn: redis::aio::MultiplexedConnection,
     /// False once the connection's driver ended or a command found the connection broken.
     open: Arc<AtomicBool>,
@@ -90,42 +109,30 @@ impl Live for RedisLink {
 }
 
 /// Appends to streams over one multiplexed connection per server and database.
-pub(super) struct RedisSender {
-    links: Links<LinkKey, RedisLink>,
-}
+pub(super) struct Redis;
 
-impl RedisSender {
-    pub(super) fn new() -> Self {
-        RedisSender { links: Links::new() }
+impl Broker for Redis {
+    type Target = RedisTarget;
+    type Key = LinkKey;
+    type Link = RedisLink;
+
+    fn key(target: &RedisTarget) -> LinkKey {
+        LinkKey {
+            server: target.server.clone(),
+            db: target.db,
+        }
     }
 
-    pub(super) fn clear(&self) {
-        self.links.clear();
+    async fn dial(dialer: &Dialer, target: &RedisTarget, _deadline: Instant) -> Result<RedisLink, Failure> {
+        connect(dialer, target).await
     }
 
-    pub(super) async fn send(
-        &self,
-        dialer: &Dialer,
-        target: &RedisTarget,
-        msg: &OutgoingMessage,
-        deadline: Instant,
-    ) -> (Outcome, Exchange) {
-        let answer = self.append(dialer, target, msg, deadline).await;
-        finish(msg, answer)
-    }
-
-    async fn append(
-        &self,
-        dialer: &Dialer,
+    async fn send(
+        link: &RedisLink,
         target: &RedisTarget,
         msg: &OutgoingMessage,
         deadline: Instant,
     ) -> Result<Answer, Failure> {
-        let key = LinkKey {
-            server: target.server.clone(),
-            db: target.db,
-        };
-        let link = self.links.get(&key, deadline, || connect(dialer, target)).await?;
         let mut cmd = redis::cmd("XADD");
         cmd.arg(&target.stream);
         if let Some(n) = target.max_len {
@@ -221,7 +228,7 @@ fn boxed(
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<RedisTarget, String> {
+    fn parse(text: &str) -> Result<RedisTarget, UrlError> {
         RedisTarget::parse(&url::Url::parse(text).unwrap())
     }
 

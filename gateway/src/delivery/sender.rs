@@ -1,7 +1,8 @@
 //! [`Sender`]: the transport seam. One message — headers and a body — goes to its
 //! [`Destination`] by the transport of the destination's kind, and comes back as the
 //! [`Outcome`] the retry planner and the health machine understand, with the exchange for the
-//! attempt record. This file is the one place that dispatches on the kind.
+//! attempt record. This file is the one place that dispatches on the kind, and the one place
+//! that drops every kind's connections when the allow list shrinks ([`Connections`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,19 +10,17 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method};
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
-use super::amqp::AmqpSender;
-use super::auth::OutboundAuth;
-use super::broker::Dialer;
-use super::connector::{GuardedConnector, SharedAllowList};
+use super::amqp::Amqp;
+use super::broker::{BrokerSender, Dialer};
+use super::connector::{GuardedConnector, ProxyAddr, SharedAllowList};
 use super::destination::Destination;
 use super::http::HttpSender;
-use super::mqtt::MqttSender;
-use super::nats::NatsSender;
-use super::redis::RedisSender;
-use super::route::{ProxyAddr, Route};
+use super::mqtt::Mqtt;
+use super::nats::Nats;
+use super::redis::Redis;
 use super::{DeliveryError, Resolve, SystemResolver};
 use crate::model::{Exchange, Outcome, Timestamp};
 
@@ -49,11 +48,11 @@ pub struct SenderOptions {
 }
 
 /// One attempt's message: headers and a body for a destination. `headers` go out as given
-/// (HTTP headers, NATS headers, AMQP headers, stream fields or MQTT user properties).
+/// (HTTP headers, NATS headers, AMQP headers, stream fields or MQTT user properties). What
+/// only one kind needs (an HTTP request's method, credentials and route) is in the kind's
+/// target inside the [`Destination`], not here.
 pub struct OutgoingMessage {
     pub destination: Destination,
-    /// The HTTP method: `POST`, unless a transform chose `PUT` or `PATCH`. Brokers ignore it.
-    pub method: Method,
     /// The event's id: JetStream's `Nats-Msg-Id` and AMQP's `message-id`.
     pub message_id: String,
     pub headers: HeaderMap,
@@ -64,10 +63,6 @@ pub struct OutgoingMessage {
     /// `Proxy-Authorization` and `webhook-signature` (e.g. the endpoint's configured headers,
     /// a signer plugin's signatures).
     pub masked: Vec<HeaderName>,
-    /// An HTTP endpoint's credentials, added as `Authorization` after every plugin ran.
-    pub auth: Option<Arc<OutboundAuth>>,
-    /// An HTTP endpoint's client certificate and proxy.
-    pub route: Route,
 }
 
 impl fmt::Debug for OutgoingMessage {
@@ -76,12 +71,9 @@ impl fmt::Debug for OutgoingMessage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OutgoingMessage")
             .field("destination", &self.destination)
-            .field("method", &self.method)
             .field("header_names", &self.headers.keys().collect::<Vec<_>>())
             .field("body_len", &self.body.len())
             .field("timeout", &self.timeout)
-            .field("auth", &self.auth.is_some())
-            .field("route", &self.route)
             .finish()
     }
 }
@@ -107,10 +99,25 @@ struct Transports {
     allow: SharedAllowList,
     dialer: Dialer,
     http: HttpSender,
-    nats: NatsSender,
-    amqp: AmqpSender,
-    redis: RedisSender,
-    mqtt: MqttSender,
+    nats: BrokerSender<Nats>,
+    amqp: BrokerSender<Amqp>,
+    redis: BrokerSender<Redis>,
+    mqtt: BrokerSender<Mqtt>,
+}
+
+impl Transports {
+    /// Every transport's connections.
+    fn connections(&self) -> [&dyn Connections; 5] {
+        [&self.http, &self.nats, &self.amqp, &self.redis, &self.mqtt]
+    }
+}
+
+/// The connections a transport keeps open between attempts: pooled keep-alive HTTP
+/// connections, one long-lived connection per broker.
+pub(super) trait Connections: Send + Sync {
+    /// Closes them all (the allow list lost a network: a connection made under the old list
+    /// may reach an address that is now refused); the next attempt makes a new one.
+    fn drop_connections(&self);
 }
 
 impl fmt::Debug for Sender {
@@ -148,10 +155,10 @@ impl Sender {
                 allow,
                 dialer,
                 http,
-                nats: NatsSender::new(),
-                amqp: AmqpSender::new(),
-                redis: RedisSender::new(),
-                mqtt: MqttSender::new(),
+                nats: BrokerSender::new(),
+                amqp: BrokerSender::new(),
+                redis: BrokerSender::new(),
+                mqtt: BrokerSender::new(),
             }),
         })
     }
@@ -167,12 +174,9 @@ impl Sender {
             .iter()
             .any(|old_net| !new.iter().any(|new_net| new_net.contains(old_net)));
         if revoked {
-            let t = &self.inner;
-            t.http.drop_pools();
-            t.nats.clear();
-            t.amqp.clear();
-            t.redis.clear();
-            t.mqtt.clear();
+            for transport in self.inner.connections() {
+                transport.drop_connections();
+            }
         }
     }
 
@@ -194,7 +198,7 @@ impl Sender {
         let deadline = tokio::time::Instant::from_std(started) + timeout;
         let t = &self.inner;
         let (outcome, exchange) = match &msg.destination {
-            Destination::Http(url) => t.http.send(url, &msg, now, timeout, deadline).await,
+            Destination::Http(target) => t.http.send(target, &msg, now, timeout, deadline).await,
             Destination::Nats(target) => t.nats.send(&t.dialer, target, &msg, deadline).await,
             Destination::Amqp(target) => t.amqp.send(&t.dialer, target, &msg, deadline).await,
             Destination::Redis(target) => t.redis.send(&t.dialer, target, &msg, deadline).await,

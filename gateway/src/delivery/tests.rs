@@ -236,20 +236,45 @@ fn request(url: Uri) -> OutgoingMessage {
     let mut headers = HeaderMap::new();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     OutgoingMessage {
-        destination: Destination::Http(url),
-        method: ::http::Method::POST,
+        destination: Destination::Http(HttpTarget {
+            url,
+            method: ::http::Method::POST,
+            auth: None,
+            route: Route::default(),
+        }),
         message_id: "msg_1".to_owned(),
         headers,
         body: Bytes::from_static(br#"{"n":1}"#),
         timeout: Duration::from_secs(5),
         masked: Vec::new(),
-        auth: None,
-        route: Route::default(),
+    }
+}
+
+/// The HTTP target of a message built by [`request`], to give it credentials or a route.
+fn http_of(req: &mut OutgoingMessage) -> &mut HttpTarget {
+    match &mut req.destination {
+        Destination::Http(target) => target,
+        other => panic!("not an HTTP destination: {other:?}"),
     }
 }
 
 fn kind_of(outcome: &Outcome) -> Option<ErrorKind> {
     outcome.error_kind()
+}
+
+/// Fails unless `outcome` failed with `kind`, showing it.
+#[track_caller]
+fn assert_kind(outcome: &Outcome, kind: ErrorKind) {
+    assert_eq!(kind_of(outcome), Some(kind), "{outcome:?}");
+}
+
+/// Whether a POST to the test server's `/` through `sender` was delivered.
+async fn delivered(sender: &Sender, server: &TestServer) -> bool {
+    sender
+        .send(request(server.url("/")), NOW)
+        .await
+        .outcome
+        .is_success()
 }
 
 fn detail_of(outcome: &Outcome) -> &str {
@@ -518,12 +543,7 @@ async fn a_connection_dropped_before_the_response_is_a_connect_failure() {
     let result = sender(&["127.0.0.0/8"])
         .send(request(server.url("http")), NOW)
         .await;
-    assert_eq!(
-        kind_of(&result.outcome),
-        Some(ErrorKind::Connect),
-        "{:?}",
-        result.outcome
-    );
+    assert_kind(&result.outcome, ErrorKind::Connect);
 }
 
 #[tokio::test]
@@ -531,12 +551,7 @@ async fn https_to_a_plain_http_server_is_a_tls_failure() {
     let server = TestServer::ok().await;
     let url = format!("https://{}/", server.addr).parse().unwrap();
     let result = sender(&["127.0.0.0/8"]).send(request(url), NOW).await;
-    assert_eq!(
-        kind_of(&result.outcome),
-        Some(ErrorKind::Tls),
-        "{:?}",
-        result.outcome
-    );
+    assert_kind(&result.outcome, ErrorKind::Tls);
     assert!(detail_of(&result.outcome).starts_with("TLS handshake failed"));
     assert!(server.seen().is_empty());
 }
@@ -547,12 +562,7 @@ async fn a_server_closing_during_the_tls_handshake_is_a_tls_failure() {
     let result = sender(&["127.0.0.0/8"])
         .send(request(server.url("https")), NOW)
         .await;
-    assert_eq!(
-        kind_of(&result.outcome),
-        Some(ErrorKind::Tls),
-        "{:?}",
-        result.outcome
-    );
+    assert_kind(&result.outcome, ErrorKind::Tls);
     assert!(detail_of(&result.outcome).starts_with("TLS handshake failed"));
 }
 
@@ -599,13 +609,7 @@ async fn sequential_sends_reuse_one_keep_alive_connection() {
 async fn revoking_an_allowed_network_also_stops_reuse_of_pooled_connections() {
     let server = TestServer::ok().await;
     let sender = sender(&["127.0.0.0/8"]);
-    assert!(
-        sender
-            .send(request(server.url("/")), NOW)
-            .await
-            .outcome
-            .is_success()
-    );
+    assert!(delivered(&sender, &server).await);
 
     sender.set_allow_networks(Vec::new());
     let blocked = sender.send(request(server.url("/")), NOW).await;
@@ -613,13 +617,7 @@ async fn revoking_an_allowed_network_also_stops_reuse_of_pooled_connections() {
     assert_eq!(server.seen().len(), 1, "the pooled connection must not be reused");
 
     sender.set_allow_networks(nets(&["127.0.0.0/8"]));
-    assert!(
-        sender
-            .send(request(server.url("/")), NOW)
-            .await
-            .outcome
-            .is_success()
-    );
+    assert!(delivered(&sender, &server).await);
     assert_eq!(sender.allow_networks(), nets(&["127.0.0.0/8"]));
 }
 
@@ -627,21 +625,9 @@ async fn revoking_an_allowed_network_also_stops_reuse_of_pooled_connections() {
 async fn widening_the_allow_list_keeps_the_pool() {
     let server = TestServer::ok().await;
     let sender = sender(&["127.0.0.0/8"]);
-    assert!(
-        sender
-            .send(request(server.url("/")), NOW)
-            .await
-            .outcome
-            .is_success()
-    );
+    assert!(delivered(&sender, &server).await);
     sender.set_allow_networks(nets(&["127.0.0.0/8", "10.0.0.0/8"]));
-    assert!(
-        sender
-            .send(request(server.url("/")), NOW)
-            .await
-            .outcome
-            .is_success()
-    );
+    assert!(delivered(&sender, &server).await);
     assert_eq!(server.connections(), 1);
 }
 
@@ -833,12 +819,7 @@ async fn https_to_a_server_of_an_unknown_ca_is_a_tls_failure() {
     let (port, served) = tls_server(&pki).await;
     let url: Uri = format!("https://localhost:{port}/hooks").parse().unwrap();
     let result = tls_sender(Vec::new()).send(request(url), NOW).await;
-    assert_eq!(
-        kind_of(&result.outcome),
-        Some(ErrorKind::Tls),
-        "{:?}",
-        result.outcome
-    );
+    assert_kind(&result.outcome, ErrorKind::Tls);
     assert!(
         detail_of(&result.outcome).contains("UnknownIssuer"),
         "{}",
@@ -858,12 +839,7 @@ async fn a_certificate_for_another_name_is_a_tls_failure_even_from_a_trusted_ca(
     // The certificate says `localhost`; the endpoint is reached by its address.
     let url: Uri = format!("https://127.0.0.1:{port}/hooks").parse().unwrap();
     let result = tls_sender(vec![pki.ca.clone()]).send(request(url), NOW).await;
-    assert_eq!(
-        kind_of(&result.outcome),
-        Some(ErrorKind::Tls),
-        "{:?}",
-        result.outcome
-    );
+    assert_kind(&result.outcome, ErrorKind::Tls);
     assert_eq!(served.load(Ordering::SeqCst), 0);
 }
 
@@ -886,7 +862,7 @@ async fn the_token_url_passes_the_ssrf_guard_and_a_refusal_is_an_auth_failure() 
     let idp = TestServer::start(|_| response(200, &[], r#"{"access_token":"t"}"#)).await;
     let target = TestServer::ok().await;
     let mut req = request(target.url("/hook"));
-    req.auth = Some(oauth2(idp.url("/token")));
+    http_of(&mut req).auth = Some(oauth2(idp.url("/token")));
     // Nothing is allowed: the token request is refused before it leaves.
     let result = sender(&[]).send(req, NOW).await;
     assert_eq!(kind_of(&result.outcome), Some(ErrorKind::Auth), "{result:?}");
@@ -914,7 +890,7 @@ async fn a_proxy_that_refuses_the_tunnel_fails_the_attempt_as_connect() {
     });
     let target = TestServer::ok().await;
     let mut req = request(target.url("/hook"));
-    req.route.proxy = Some(ProxyAddr {
+    http_of(&mut req).route.proxy = Some(ProxyAddr {
         host: "127.0.0.1".into(),
         port: proxy_port,
     });

@@ -7,33 +7,34 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use wasmtime::Store;
 use wasmtime::component::{Resource, TypedFunc};
 
 use super::bindings::{
-    Decision, DeliveryInfo, EndpointInfo, EventInfo, Message, Outcome, PluginError, RetryContext,
+    Decision, DeliveryInfo, Edits, EndpointInfo, EventInfo, Outcome, PluginError, RetryContext,
 };
-use super::host::CallState;
 use super::host::crypto::SigningKey;
+use super::host::message::LentMessage;
+use super::host::{CallState, Crossings};
 use super::limits::{DeadlineExceeded, PluginEngine, WallClock, arm_deadline, classify};
-use super::registry::Loaded;
-use super::{FailureDetail, PluginBackoffDecision, PluginFailure, PluginLimits, TransformResult, World};
+use super::registry::{Contract, Loaded};
+use super::{FailureDetail, PluginBackoffDecision, PluginFailure, PluginLimits, TransformResult, World, v1};
 
-type Headers = Vec<(String, Vec<u8>)>;
+pub(super) type Headers = Vec<(String, Vec<u8>)>;
 
-/// What a call sends: the arguments of one world's export.
+/// What a call sends: the arguments of one world's export, in the current contract's terms
+/// (a plugin of the first version gets them adapted, see [`super::v1`]).
 pub(crate) enum CallInput {
     Transform {
         endpoint: EndpointInfo,
         event: EventInfo,
         delivery: DeliveryInfo,
-        message: Message,
+        message: LentMessage,
     },
     Sign {
         endpoint: EndpointInfo,
         delivery: DeliveryInfo,
-        message: Message,
+        message: LentMessage,
     },
     Backoff(RetryContext),
 }
@@ -72,10 +73,19 @@ pub(crate) struct CallError {
     pub(crate) before_export: bool,
 }
 
-type TransformFunc =
-    TypedFunc<(EndpointInfo, EventInfo, DeliveryInfo, Message), (Result<Outcome, PluginError>,)>;
-type SignFunc =
-    TypedFunc<(EndpointInfo, DeliveryInfo, Message, Resource<SigningKey>), (Result<Headers, PluginError>,)>;
+type TransformFunc = TypedFunc<
+    (EndpointInfo, EventInfo, DeliveryInfo, Resource<LentMessage>),
+    (Result<Outcome, PluginError>,),
+>;
+type SignFunc = TypedFunc<
+    (
+        EndpointInfo,
+        DeliveryInfo,
+        Resource<LentMessage>,
+        Resource<SigningKey>,
+    ),
+    (Result<Edits, PluginError>,),
+>;
 type BackoffFunc = TypedFunc<(RetryContext,), (Result<Decision, PluginError>,)>;
 
 /// The world's export of one instance, type-checked once when the instance is created.
@@ -83,6 +93,8 @@ enum Export {
     Transform(TransformFunc),
     Sign(SignFunc),
     Backoff(BackoffFunc),
+    /// A plugin built against the first version of the contract.
+    V1(v1::Export),
 }
 
 /// An instantiated plugin: its store (holding the one binding config it serves), and its
@@ -126,6 +138,8 @@ impl PluginInstance {
 pub(crate) struct Finished {
     pub(crate) result: Result<CallOutput, CallError>,
     pub(crate) reusable: Option<PluginInstance>,
+    /// The call's crossings, when its instance counted them and the call returned.
+    pub(crate) crossings: Crossings,
 }
 
 /// Runs one call of `loaded` with `input`, on `idle` (an instance of this same version and
@@ -164,6 +178,7 @@ pub(crate) async fn run(
         return Finished {
             result: Err(failure),
             reusable: idle,
+            crossings: Crossings::default(),
         };
     }
 
@@ -176,6 +191,7 @@ pub(crate) async fn run(
         Ok(Err((detail, message, before_export))) => Finished {
             result: Err(fail(detail, message, before_export)),
             reusable: None,
+            crossings: Crossings::default(),
         },
         Err(_) => Finished {
             result: Err(fail(
@@ -184,6 +200,7 @@ pub(crate) async fn run(
                 false,
             )),
             reusable: None,
+            crossings: Crossings::default(),
         },
     }
 }
@@ -218,18 +235,22 @@ async fn run_on_instance(
     match call_export(&mut instance, limits, input).await {
         Ok(output) => {
             instance.store.data_mut().end_call();
+            let crossings = instance.store.data().crossings();
             let reusable = instance.worth_keeping(limits).then_some(instance);
             Ok(Finished {
                 result: Ok(output),
                 reusable,
+                crossings,
             })
         }
         // The plugin's own error is an ordinary answer: the instance is as sound as after a
         // success. `run` names the plugin in the failure.
         Err(Ended::Answered(FailureDetail::Plugin, message)) => {
             instance.store.data_mut().end_call();
+            let crossings = instance.store.data().crossings();
             let reusable = instance.worth_keeping(limits).then_some(instance);
             Ok(Finished {
+                crossings,
                 result: Err(CallError {
                     failure: PluginFailure {
                         plugin: loaded.name.clone(),
@@ -281,6 +302,9 @@ async fn instantiate(
     );
     let mut store = Store::new(&engine.engine, state);
     store.limiter(|state| &mut state.limiter);
+    if engine.count_crossings.load(std::sync::atomic::Ordering::Relaxed) {
+        super::host::count_crossings(&mut store);
+    }
     arm_deadline(&mut store, limits);
     let instance = loaded
         .pre
@@ -297,18 +321,21 @@ async fn instantiate(
             ),
         )
     };
-    let export = match loaded.world {
-        World::Transformer => Export::Transform(
+    let export = match (loaded.contract, loaded.world) {
+        (Contract::V1, world) => {
+            Export::V1(v1::Export::lookup(&instance, &mut store, world, loaded.export).map_err(wrong_type)?)
+        }
+        (Contract::Current, World::Transformer) => Export::Transform(
             instance
                 .get_typed_func(&mut store, loaded.export)
                 .map_err(wrong_type)?,
         ),
-        World::Signer => Export::Sign(
+        (Contract::Current, World::Signer) => Export::Sign(
             instance
                 .get_typed_func(&mut store, loaded.export)
                 .map_err(wrong_type)?,
         ),
-        World::Backoff => Export::Backoff(
+        (Contract::Current, World::Backoff) => Export::Backoff(
             instance
                 .get_typed_func(&mut store, loaded.export)
                 .map_err(wrong_type)?,
@@ -325,7 +352,7 @@ async fn instantiate(
 
 /// How a call that did not succeed ended: the export returned an answer the host refuses
 /// (or the plugin's own error), or it never returned.
-enum Ended {
+pub(super) enum Ended {
     Answered(FailureDetail, String),
     Trapped(wasmtime::Error),
 }
@@ -346,11 +373,14 @@ async fn call_export(
                 message,
             },
         ) => {
+            let lent = store.data_mut().lend_message(message).map_err(Ended::Trapped)?;
+            let borrowed = Resource::new_borrow(lent.rep());
             let (answer,) = func
-                .call_async(&mut *store, (endpoint, event, delivery, message))
+                .call_async(&mut *store, (endpoint, event, delivery, borrowed))
                 .await
                 .map_err(Ended::Trapped)?;
-            transform_answer(limits, answer)?
+            let message = store.data_mut().take_back_message(lent).map_err(Ended::Trapped)?;
+            transform_answer(limits, message, answer)?
         }
         (
             Export::Sign(func),
@@ -361,14 +391,14 @@ async fn call_export(
             },
         ) => {
             let key = lend_primary_key(store)?;
+            let lent = store.data_mut().lend_message(message).map_err(Ended::Trapped)?;
+            let borrowed = Resource::new_borrow(lent.rep());
             let (answer,) = func
-                .call_async(&mut *store, (endpoint, delivery, message, key))
+                .call_async(&mut *store, (endpoint, delivery, borrowed, key))
                 .await
                 .map_err(Ended::Trapped)?;
-            let headers =
-                answer.map_err(|e| Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e)))?;
-            check_output(limits, &headers, 0).map_err(|(d, m)| Ended::Answered(d, m))?;
-            CallOutput::Sign(headers)
+            store.data_mut().take_back_message(lent).map_err(Ended::Trapped)?;
+            sign_answer(limits, answer)?
         }
         (Export::Backoff(func), CallInput::Backoff(context)) => {
             let (answer,) = func
@@ -377,32 +407,35 @@ async fn call_export(
                 .map_err(Ended::Trapped)?;
             backoff_answer(limits, answer)?
         }
+        (Export::V1(export), input) => export.call(store, limits, input).await?,
         // `run` checked the world against the plugin's, and an instance's export is its
         // plugin's world's.
-        _ => {
-            return Err(Ended::Answered(
-                FailureDetail::WrongWorld,
-                "the call's arguments are for another world than the instance's export".to_owned(),
-            ));
-        }
+        _ => return Err(other_world()),
     };
     Ok(output)
 }
 
-/// A transform's answer, checked against the output limit.
+/// The end of a call whose arguments are not for its instance's world.
+pub(super) fn other_world() -> Ended {
+    Ended::Answered(
+        FailureDetail::WrongWorld,
+        "the call's arguments are for another world than the instance's export".to_owned(),
+    )
+}
+
+/// A transform's answer: its edits, checked against the output limit, applied to the message
+/// it was lent.
 fn transform_answer(
     limits: &PluginLimits,
+    message: LentMessage,
     answer: Result<Outcome, PluginError>,
 ) -> Result<CallOutput, Ended> {
     match answer {
         Err(e) => Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
-        Ok(Outcome::Forward(message)) => {
-            check_output(limits, &message.headers, message.body.len())
-                .map_err(|(d, m)| Ended::Answered(d, m))?;
-            Ok(CallOutput::Transform(TransformResult::Forward {
-                headers: message.headers,
-                body: Bytes::from(message.body),
-            }))
+        Ok(Outcome::Forward(edits)) => {
+            check_edits(limits, &edits).map_err(|(d, m)| Ended::Answered(d, m))?;
+            let LentMessage { headers, body } = message.apply(edits);
+            Ok(CallOutput::Transform(TransformResult::Forward { headers, body }))
         }
         Ok(Outcome::Drop(reason)) => {
             check_output(limits, &[], reason.len()).map_err(|(d, m)| Ended::Answered(d, m))?;
@@ -411,9 +444,54 @@ fn transform_answer(
     }
 }
 
+/// A signer's answer: headers to add and nothing else, checked against the output limit.
+fn sign_answer(limits: &PluginLimits, answer: Result<Edits, PluginError>) -> Result<CallOutput, Ended> {
+    let edits = answer.map_err(|e| Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e)))?;
+    if let Some(name) = edits.remove_headers.first() {
+        return Err(Ended::Answered(
+            FailureDetail::InvalidOutput,
+            format!("the signer answered to remove header `{name}`; a signer may only add headers"),
+        ));
+    }
+    if edits.body.is_some() {
+        return Err(Ended::Answered(
+            FailureDetail::InvalidOutput,
+            "the signer answered a new body; a signer may only add headers".to_owned(),
+        ));
+    }
+    check_output(limits, &edits.set_headers, 0).map_err(|(d, m)| Ended::Answered(d, m))?;
+    Ok(CallOutput::Sign(edits.set_headers))
+}
+
+/// Checks a transform's edits: the names it removes and the headers it sets are valid HTTP,
+/// and all it answered (names, values, body) is within the output cap.
+fn check_edits(limits: &PluginLimits, edits: &Edits) -> Result<(), (FailureDetail, String)> {
+    let removed_bytes: usize = edits.remove_headers.iter().map(String::len).sum();
+    let body_bytes = edits.body.as_ref().map_or(0, Vec::len);
+    check_output(
+        limits,
+        &edits.set_headers,
+        removed_bytes.saturating_add(body_bytes),
+    )?;
+    match edits
+        .remove_headers
+        .iter()
+        .find(|name| http::HeaderName::from_bytes(name.as_bytes()).is_err())
+    {
+        Some(name) => Err((
+            FailureDetail::InvalidOutput,
+            format!("`{name}` is not a valid header name"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A backoff plugin's answer: a wait raised to the floor and clamped to the maximum, or a
 /// give-up reason checked against the output limit.
-fn backoff_answer(limits: &PluginLimits, answer: Result<Decision, PluginError>) -> Result<CallOutput, Ended> {
+pub(super) fn backoff_answer(
+    limits: &PluginLimits,
+    answer: Result<Decision, PluginError>,
+) -> Result<CallOutput, Ended> {
     match answer {
         Err(e) => Err(Ended::Answered(FailureDetail::Plugin, plugin_error_text(&e))),
         Ok(Decision::RetryInMs(ms)) => {
@@ -433,7 +511,7 @@ fn backoff_answer(limits: &PluginLimits, answer: Result<Decision, PluginError>) 
 /// Lent as a borrow: lowering an owned `Resource` into a `borrow` parameter would register it
 /// in the store's handle table for good, and a reused store would run out of handles after
 /// 100 000 calls. The key stays in the resource table until `end_call` deletes it.
-fn lend_primary_key(store: &mut Store<CallState>) -> Result<Resource<SigningKey>, Ended> {
+pub(super) fn lend_primary_key(store: &mut Store<CallState>) -> Result<Resource<SigningKey>, Ended> {
     match store.data_mut().hand_over_primary_key() {
         None => Err(Ended::Answered(
             FailureDetail::BadSecret,
@@ -447,12 +525,12 @@ fn lend_primary_key(store: &mut Store<CallState>) -> Result<Resource<SigningKey>
     }
 }
 
-fn plugin_error_text(e: &PluginError) -> String {
+pub(super) fn plugin_error_text(e: &PluginError) -> String {
     format!("{}: {}", e.code, super::host::log::truncate_line(&e.message))
 }
 
 /// Checks an answer against the output cap and that its headers are valid HTTP headers.
-fn check_output(
+pub(super) fn check_output(
     limits: &PluginLimits,
     headers: &[(String, Vec<u8>)],
     body_bytes: usize,
@@ -487,6 +565,8 @@ fn check_output(
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]
@@ -498,6 +578,57 @@ mod tests {
         let err = check_output(&limits, &[("a".into(), b"12345".to_vec())], 5).unwrap_err();
         assert_eq!(err.0, FailureDetail::OutputTooLarge);
         assert!(check_output(&limits, &[("a".into(), b"1234".to_vec())], 5).is_ok());
+    }
+
+    fn edits(remove: &[&str], set: &[(&str, &str)], body: Option<&str>) -> Edits {
+        Edits {
+            remove_headers: remove.iter().map(|n| (*n).to_owned()).collect(),
+            set_headers: set
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            body: body.map(|b| b.as_bytes().to_vec()),
+        }
+    }
+
+    fn refused(ended: Result<CallOutput, Ended>) -> FailureDetail {
+        match ended {
+            Err(Ended::Answered(detail, _)) => detail,
+            Err(Ended::Trapped(e)) => panic!("trapped: {e}"),
+            Ok(output) => panic!("accepted: {output:?}"),
+        }
+    }
+
+    #[test]
+    fn a_signer_answers_headers_to_add_and_nothing_else() {
+        let limits = PluginLimits::default();
+        let added = sign_answer(&limits, Ok(edits(&[], &[("x-sig", "v1=ab")], None)));
+        assert!(matches!(added, Ok(CallOutput::Sign(h)) if h == [("x-sig".to_owned(), b"v1=ab".to_vec())]));
+        let removes = sign_answer(&limits, Ok(edits(&["x-team"], &[("x-sig", "1")], None)));
+        assert_eq!(refused(removes), FailureDetail::InvalidOutput);
+        let rewrites = sign_answer(&limits, Ok(edits(&[], &[("x-sig", "1")], Some("{}"))));
+        assert_eq!(refused(rewrites), FailureDetail::InvalidOutput);
+    }
+
+    #[test]
+    fn a_transforms_edits_are_valid_http_within_the_output_cap() {
+        let limits = PluginLimits {
+            output_bytes: 16,
+            ..PluginLimits::default()
+        };
+        let lent = || LentMessage {
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body: Bytes::from_static(b"a body longer than the output cap"),
+        };
+        // What is lent does not count against the cap, only what the plugin answers.
+        let forward = |e: Edits| transform_answer(&limits, lent(), Ok(Outcome::Forward(e)));
+        assert!(forward(edits(&["content-type"], &[("x-a", "1")], None)).is_ok());
+        let too_large = forward(edits(&[], &[], Some("seventeen bytes!!")));
+        assert_eq!(refused(too_large), FailureDetail::OutputTooLarge);
+        let bad_name = forward(edits(&["bad name"], &[], None));
+        assert_eq!(refused(bad_name), FailureDetail::InvalidOutput);
+        let bad_value = forward(edits(&[], &[("x-a", "a\nb")], None));
+        assert_eq!(refused(bad_value), FailureDetail::InvalidOutput);
     }
 
     #[test]

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::bindings::{DeliveryInfo, EndpointInfo, EventInfo, Message, RetryContext};
+use super::bindings::{DeliveryInfo, EndpointInfo, EventInfo, RetryContext};
 use super::call::{self, CallInput, CallOutput};
 use super::host::crypto::SigningKey;
+use super::host::message::LentMessage;
 use super::limits::PluginEngine;
 use super::registry::{Compiler, JS_ENGINE, Loaded};
 use super::{FailureDetail, PluginFailure, PluginLimits, World, empty_config};
@@ -33,9 +34,9 @@ pub(crate) fn sample_input(world: World) -> (CallInput, Vec<SigningKey>) {
         attempt: 1,
         now_ms,
     };
-    let message = Message {
+    let message = LentMessage {
         headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body: SAMPLE_BODY.to_vec(),
+        body: bytes::Bytes::from_static(SAMPLE_BODY),
     };
     match world {
         World::Transformer => (
@@ -108,6 +109,9 @@ pub struct CheckReport {
     /// The plugin name the file would load as.
     pub name: String,
     pub world: World,
+    /// The version of the contract it was built against, e.g. `hookgate:plugin@0.2.0`; one
+    /// built against `hookgate:plugin@0.1.0` is adapted by the gateway and still runs.
+    pub contract: &'static str,
     /// The component's imports (WIT interface names), e.g. `hookgate:plugin/crypto@0.1.0`.
     pub imports: Vec<String>,
     pub size_bytes: u64,
@@ -124,6 +128,7 @@ impl fmt::Display for CheckReport {
         writeln!(f, "file:         {}", self.path.display())?;
         writeln!(f, "plugin name:  {}", self.name)?;
         writeln!(f, "world:        {}", self.world)?;
+        writeln!(f, "contract:     {}", self.contract)?;
         writeln!(f, "size:         {} bytes", self.size_bytes)?;
         writeln!(f, "sha256:       {}", self.sha256)?;
         writeln!(f, "compile time: {:.1} ms", self.compile_time.as_secs_f64() * 1e3)?;
@@ -208,6 +213,7 @@ pub fn check_file_with_config(
         path: path.to_owned(),
         name: loaded.name.clone(),
         world: loaded.world,
+        contract: loaded.contract.package(),
         imports: loaded.imports.clone(),
         size_bytes: loaded.size_bytes,
         sha256: hex::encode(loaded.sha256),

@@ -15,7 +15,7 @@
 //!   `content-type`, the standard headers), a standard name even when absent (`webhook-*`,
 //!   `hookgate-*`) and `authorization` are refused, and the attempt fails.
 
-use http::{HeaderMap, HeaderName, Method, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 
 /// Headers dropped from every plugin answer: hop-by-hop and framing headers, which only the
 /// gateway's HTTP client may write, and `expect`, which would make the receiver wait for a
@@ -73,13 +73,49 @@ pub fn transform_answer(headers: HeaderMap) -> HeaderMap {
 /// The header in a transform's answer that chooses the request's method.
 pub const METHOD: HeaderName = HeaderName::from_static("hookgate-method");
 
+/// What is wrong with the headers a plugin answered: the attempt fails with `plugin_error`,
+/// this in its detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("an invalid header name `{0}`")]
+    InvalidName(String),
+    #[error("an invalid value for header `{0}`")]
+    InvalidValue(String),
+    #[error("it answered more than one `hookgate-method` header")]
+    MethodRepeated,
+    /// The method as answered (lossily decoded).
+    #[error("it answered method `{0}`; a transform may choose POST, PUT or PATCH")]
+    MethodNotAllowed(String),
+}
+
+/// Headers as a plugin sees them: names and raw values, in order, repeated names repeated.
+pub fn to_plugin(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// The headers a plugin answered, each name and value checked.
+pub fn from_plugin(list: &[(String, Vec<u8>)]) -> Result<HeaderMap, AnswerError> {
+    let mut map = HeaderMap::with_capacity(list.len());
+    for (name, value) in list {
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| AnswerError::InvalidName(name.clone()))?;
+        let value =
+            HeaderValue::from_bytes(value).map_err(|_| AnswerError::InvalidValue(name.to_string()))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
 /// The method a transform's answer chooses: `POST` without a `hookgate-method` header, else
 /// its value (`PUT`, `PATCH`, any case), or what is wrong with it.
-pub fn transform_method(headers: &HeaderMap) -> Result<Method, String> {
+pub fn transform_method(headers: &HeaderMap) -> Result<Method, AnswerError> {
     let mut values = headers.get_all(METHOD).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return match headers.contains_key(METHOD) {
-            true => Err("it answered more than one `hookgate-method` header".to_owned()),
+            true => Err(AnswerError::MethodRepeated),
             false => Ok(Method::POST),
         };
     };
@@ -88,9 +124,8 @@ pub fn transform_method(headers: &HeaderMap) -> Result<Method, String> {
         "POST" => Ok(Method::POST),
         "PUT" => Ok(Method::PUT),
         "PATCH" => Ok(Method::PATCH),
-        _ => Err(format!(
-            "it answered method `{}`; a transform may choose POST, PUT or PATCH",
-            String::from_utf8_lossy(value.as_bytes())
+        _ => Err(AnswerError::MethodNotAllowed(
+            String::from_utf8_lossy(value.as_bytes()).into_owned(),
         )),
     }
 }
@@ -131,8 +166,6 @@ pub fn signer_answer(request: &HeaderMap, answer: HeaderMap) -> Result<HeaderMap
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
-
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter};
 
+use super::host::CallState;
 use super::host::crypto::{HashBudgetExceeded, NoStandardWebhooksForm};
 use super::{FailureDetail, PluginLimits};
 
@@ -35,6 +36,9 @@ pub(crate) struct PluginEngine {
     /// Host hashing takes turns through this, one slice at a time across the host, so that it
     /// never occupies more than one of the runtime's threads at once (see `host::crypto`).
     pub(crate) hashing: Arc<tokio::sync::Semaphore>,
+    /// Whether instances created from now on count their crossings
+    /// ([`super::PluginHost::count_crossings`]).
+    pub(crate) count_crossings: AtomicBool,
     ticker_stop: Arc<AtomicBool>,
     ticker: Option<std::thread::JoinHandle<()>>,
 }
@@ -86,6 +90,7 @@ impl PluginEngine {
             engine,
             pooling,
             hashing: Arc::new(tokio::sync::Semaphore::new(HASHING_TURNS)),
+            count_crossings: AtomicBool::new(false),
             ticker_stop,
             ticker: Some(ticker),
         })
@@ -227,11 +232,14 @@ impl ResourceLimiter for CallLimiter {
 /// epoch ticks, yielding to the async runtime at each tick, and fails with
 /// [`DeadlineExceeded::Cpu`] after. Ticks spent waiting to be polled again are not counted, so
 /// a busy runtime does not eat a plugin's budget. Time outside guest code is [`WallClock`]'s.
-pub(crate) fn arm_deadline<T: Send>(store: &mut wasmtime::Store<T>, limits: &PluginLimits) {
+pub(crate) fn arm_deadline(store: &mut wasmtime::Store<CallState>, limits: &PluginLimits) {
     let mut ticks_left = deadline_ticks(limits.call_timeout);
     let cpu = DeadlineExceeded::cpu(limits);
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(move |_| {
+    store.epoch_deadline_callback(move |mut store| {
+        // A tick is a call out of the guest too; the crossings leave it out (it comes with
+        // time, not with what the call does).
+        store.data_mut().crossings_ticks += 1;
         if ticks_left == 0 {
             return Err(wasmtime::Error::new(cpu));
         }

@@ -23,6 +23,7 @@ mod host;
 mod limits;
 mod pool;
 mod registry;
+mod v1;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -37,6 +38,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 pub use check::{CheckReport, check_file, check_file_with_config};
+pub use host::Crossings;
 pub use host::crypto::{BadSecret, SigningKey};
 pub use pool::InstanceStats;
 
@@ -359,8 +361,9 @@ impl fmt::Debug for PluginHost {
 struct Inner {
     dir: PathBuf,
     /// Plugins built into the binary (`bundled-plugins`), served under their names unless a
-    /// file in `dir` has the same name.
-    bundled: Vec<(String, Bytes)>,
+    /// file in `dir` has the same name; with each one's SHA-256, taken once (they are
+    /// megabytes, and never change).
+    bundled: Vec<(String, Bytes, [u8; 32])>,
     limits: PluginLimits,
     compiler: Compiler,
     registry: ArcSwap<PluginMap>,
@@ -378,6 +381,8 @@ struct Inner {
     metrics: Metrics,
     /// `hookgate_plugin_call_duration_seconds`, registered once.
     call_duration: metrics::Histogram,
+    /// The crossings of the calls that returned since counting was turned on.
+    crossings: std::sync::Mutex<Crossings>,
     // Declared last: dropping it stops the ticker after everything compiled for it is gone.
     engine: limits::PluginEngine,
 }
@@ -423,7 +428,13 @@ impl PluginHost {
         let host = PluginHost {
             inner: Arc::new(Inner {
                 dir,
-                bundled,
+                bundled: bundled
+                    .into_iter()
+                    .map(|(name, bytes)| {
+                        let sha256 = <sha2::Sha256 as sha2::Digest>::digest(&bytes).into();
+                        (name, bytes, sha256)
+                    })
+                    .collect(),
                 limits,
                 compiler,
                 registry: ArcSwap::from_pointee(PluginMap::new()),
@@ -434,6 +445,7 @@ impl PluginHost {
                 pool,
                 changes: tokio::sync::watch::channel(0).0,
                 call_duration: metrics.plugin_call_duration(),
+                crossings: std::sync::Mutex::new(Crossings::default()),
                 metrics,
                 engine,
             }),
@@ -506,6 +518,18 @@ impl PluginHost {
         self.inner.pool.stats()
     }
 
+    /// Counts, from now on, the crossings between the host and the plugins in the calls that
+    /// return (see [`Crossings`]), on the instances created from now on: a measurement, not
+    /// for a running gateway, since it costs a hook call per crossing.
+    pub fn count_crossings(&self) {
+        self.inner.engine.count_crossings.store(true, Ordering::Relaxed);
+    }
+
+    /// The crossings counted since the last time this was asked, and zero again.
+    pub fn take_crossings(&self) -> Crossings {
+        std::mem::take(&mut *self.inner.crossings.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// A receiver that changes whenever a rescan of the folder loaded, replaced, removed or
     /// rejected a plugin (the supervisor re-validates bindings; tests wait on it).
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
@@ -534,9 +558,9 @@ impl PluginHost {
                 attempt: input.attempt,
                 now_ms: input.now_ms,
             },
-            message: bindings::Message {
+            message: host::message::LentMessage {
                 headers: input.headers,
-                body: input.body.to_vec(),
+                body: input.body,
             },
         };
         match self.invoke(binding, Vec::new(), call_input).await? {
@@ -571,9 +595,9 @@ impl PluginHost {
                 attempt: input.attempt,
                 now_ms: input.now_ms,
             },
-            message: bindings::Message {
+            message: host::message::LentMessage {
                 headers: input.headers,
-                body: input.body.to_vec(),
+                body: input.body,
             },
         };
         match self.invoke(binding, keys, call_input).await? {
@@ -690,7 +714,11 @@ impl PluginHost {
         }
         // The key borrows from `input`, which the call consumes: keep what the pool needs.
         let owned_key = key.map(|key| (key.endpoint_name.to_owned(), key.endpoint_url.to_owned()));
-        let Finished { result, reusable } = call::run(
+        let Finished {
+            result,
+            reusable,
+            crossings,
+        } = call::run(
             &self.inner.engine,
             &loaded,
             &self.inner.limits,
@@ -700,6 +728,9 @@ impl PluginHost {
             idle,
         )
         .await;
+        if crossings != Crossings::default() {
+            *self.inner.crossings.lock().unwrap_or_else(|p| p.into_inner()) += crossings;
+        }
         if let (Some(instance), Some(endpoint)) = (reusable, owned_key) {
             self.give_back(&name, &loaded, endpoint, instance);
         }

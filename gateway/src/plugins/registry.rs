@@ -30,6 +30,8 @@ pub(crate) struct Loaded {
     pub(crate) load_id: u64,
     pub(crate) name: String,
     pub(crate) world: World,
+    /// The version of the contract the component was built against.
+    pub(crate) contract: Contract,
     pub(crate) sha256: [u8; 32],
     /// The first 12 hex digits of the SHA-256: what logs and attempt records call the version.
     pub(crate) version: Arc<str>,
@@ -48,6 +50,49 @@ pub(crate) struct Loaded {
     /// succeeds (so a plugin never called has no series) and kept: the label lookup would
     /// otherwise be paid on every call.
     pub(crate) calls_ok: std::sync::OnceLock<metrics::Counter>,
+}
+
+/// The version of the contract (`wit/plugin.wit`) a component was built against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Contract {
+    /// `hookgate:plugin@0.1.0` (`wit/v1/plugin.wit`): the message copied in whole, a whole
+    /// message answered. Adapted by [`super::v1`].
+    V1,
+    /// `hookgate:plugin@0.2.0`: the message lent as a resource, edits answered.
+    Current,
+}
+
+impl Contract {
+    /// The WIT package the version is.
+    pub(crate) fn package(self) -> &'static str {
+        match self {
+            Contract::V1 => "hookgate:plugin@0.1.0",
+            Contract::Current => "hookgate:plugin@0.2.0",
+        }
+    }
+
+    /// The version `component`'s export `name` for `world` was built against. A transform or
+    /// signer says it with the type of its `message` parameter (a record in the first version,
+    /// a borrowed resource now); a backoff function, whose export is the same in both, with
+    /// the version of the interfaces it imports (none: the current one).
+    fn of(component: &Component, engine: &Engine, world: World, name: &str) -> Contract {
+        use wasmtime::component::types::{ComponentItem, Type};
+        if world == World::Backoff {
+            let v1 = component
+                .component_type()
+                .imports(engine)
+                .any(|(import, _)| import.starts_with("hookgate:plugin/") && import.ends_with("@0.1.0"));
+            return if v1 { Contract::V1 } else { Contract::Current };
+        }
+        let export = component.component_type().get_export(engine, name).map(|e| e.ty);
+        let Some(ComponentItem::ComponentFunc(func)) = export else {
+            return Contract::Current;
+        };
+        match func.params().find(|(param, _)| *param == "message") {
+            Some((_, Type::Record(_))) => Contract::V1,
+            _ => Contract::Current,
+        }
+    }
 }
 
 /// The plugin whose component runs the `.js` files of the plugin folder.
@@ -107,6 +152,12 @@ impl Compiler {
             |state| state,
         )
         .map_err(|e| anyhow::anyhow!("cannot link the plugin imports: {e:?}"))?;
+        // The first version's names, for components built against it.
+        bindings::v1::PluginHost::add_to_linker::<CallState, wasmtime::component::HasSelf<CallState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(|e| anyhow::anyhow!("cannot link the first version's plugin imports: {e:?}"))?;
         let artifacts_dir = match cache_dir {
             Some(cache_dir) => {
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -206,6 +257,7 @@ impl Compiler {
         let export = component
             .get_export_index(None, export_name(world))
             .context("export disappeared")?;
+        let contract = Contract::of(&component, &self.engine, world, export_name(world));
         let imports = component
             .component_type()
             .imports(&self.engine)
@@ -219,6 +271,7 @@ impl Compiler {
             load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
             name: PluginBinding::normalize_name(name).into_owned(),
             world,
+            contract,
             sha256,
             version: Arc::from(&hex[..12]),
             size_bytes: bytes.len() as u64,
@@ -252,6 +305,7 @@ impl Compiler {
             load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
             name: name.to_owned(),
             world: engine.world,
+            contract: engine.contract,
             sha256,
             version: Arc::from(&hex::encode(sha256)[..12]),
             size_bytes,

@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_debouncer_full::notify::RecursiveMode;
+use notify_debouncer_full::notify::event::{AccessKind, AccessMode};
+use notify_debouncer_full::notify::{EventKind, RecursiveMode};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +24,18 @@ use crate::model::Timestamp;
 /// copy in progress produces a burst; rename-into-place produces one event.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
 
+/// Whether a folder event can change what the folder holds. Reading it does not: a rescan
+/// opens the folder and its files, and counting those opens (inotify reports them) as changes
+/// made the watcher rescan its own reads, twenty times a second, forever.
+/// A file closed after writing is a change (some writers are seen only then).
+fn changes_the_folder(event: &notify_debouncer_full::notify::Event) -> bool {
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 impl PluginHost {
     /// Watches the plugin folder until `shutdown` is cancelled. Dropping in, replacing,
     /// deleting or renaming a `.wasm` file into place takes effect without restart. A file that
@@ -30,13 +43,23 @@ impl PluginHost {
     /// the file and the reason, and counts `hookgate_plugin_reload_failures_total`.
     pub async fn watch(&self, shutdown: CancellationToken) {
         let (events_tx, mut events_rx) = tokio::sync::mpsc::channel::<()>(1);
-        let debouncer = notify_debouncer_full::new_debouncer(DEBOUNCE, None, move |result| {
-            if let Err(errors) = &result {
-                tracing::warn!(?errors, "plugin folder watcher reported errors; rescanning");
-            }
-            // A full channel already holds a pending rescan, which will see this change too.
-            let _ = events_tx.try_send(());
-        });
+        let debouncer = notify_debouncer_full::new_debouncer(
+            DEBOUNCE,
+            None,
+            move |result: notify_debouncer_full::DebounceEventResult| {
+                let rescan = match &result {
+                    Err(errors) => {
+                        tracing::warn!(?errors, "plugin folder watcher reported errors; rescanning");
+                        true
+                    }
+                    Ok(events) => events.iter().any(|e| changes_the_folder(&e.event)),
+                };
+                // A full channel already holds a pending rescan, which will see this change too.
+                if rescan {
+                    let _ = events_tx.try_send(());
+                }
+            },
+        );
         let mut debouncer = match debouncer {
             Ok(d) => d,
             Err(e) => {
@@ -190,12 +213,11 @@ impl PluginHost {
     /// Serves the plugins built into the binary whose names no file in the folder took: a file
     /// overrides a bundled plugin, and when it goes the bundled one serves again.
     async fn load_bundled(&self, scan: &mut Scan, overridden: &HashSet<&str>) {
-        for (name, bytes) in &self.inner.bundled {
+        for (name, bytes, sha256) in &self.inner.bundled {
             if overridden.contains(name.as_str()) || !scan.present.insert(name.clone()) {
                 continue;
             }
-            let sha256: [u8; 32] = Sha256::digest(bytes).into();
-            if scan.current.get(name).is_some_and(|l| l.sha256 == sha256) {
+            if scan.current.get(name).is_some_and(|l| l.sha256 == *sha256) {
                 continue;
             }
             match self.load(name, bytes.to_vec()).await {
@@ -366,4 +388,36 @@ pub(crate) async fn read_plugin_file(
         return Err(PluginFileError::TooLarge(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use notify_debouncer_full::notify::Event;
+    use notify_debouncer_full::notify::event::{CreateKind, DataChange, ModifyKind, RemoveKind, RenameMode};
+
+    use super::*;
+
+    /// A rescan reads the folder, and reading it must not start the next rescan: only what can
+    /// change a plugin does.
+    #[test]
+    fn only_what_can_change_a_plugin_starts_a_rescan() {
+        let event = |kind| Event::new(kind);
+        for read in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+        ] {
+            assert!(!changes_the_folder(&event(read)), "{read:?}");
+        }
+        for change in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Content)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Any,
+        ] {
+            assert!(changes_the_folder(&event(change)), "{change:?}");
+        }
+    }
 }

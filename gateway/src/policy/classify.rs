@@ -30,7 +30,8 @@ pub enum Classification {
 ///
 /// Under both, a plugin error is retryable (the plugin may be dropped in or fixed;
 /// docs/writing-a-plugin.md), and `endpoint_paused` / `endpoint_removed` are permanent: the README
-/// ("Endpoint health") says such deliveries are not sent later by themselves.
+/// ("Endpoint health") says such deliveries are not sent later by themselves; so is
+/// `payload_expunged` (there is nothing left to send).
 pub fn classify(retry_on: RetryOn, outcome: &Outcome) -> Classification {
     let Outcome::Failed { kind, status, .. } = outcome else {
         return Classification::Success;
@@ -39,7 +40,9 @@ pub fn classify(retry_on: RetryOn, outcome: &Outcome) -> Classification {
         return Classification::Gone;
     }
     match kind {
-        ErrorKind::EndpointPaused | ErrorKind::EndpointRemoved => Classification::Permanent,
+        ErrorKind::EndpointPaused | ErrorKind::EndpointRemoved | ErrorKind::PayloadExpunged => {
+            Classification::Permanent
+        }
         ErrorKind::PluginError => Classification::Retryable,
         _ if retry_on == RetryOn::All => Classification::Retryable,
         ErrorKind::Timeout | ErrorKind::Connect | ErrorKind::Dns | ErrorKind::Tls | ErrorKind::Auth => {
@@ -104,6 +107,7 @@ mod tests {
             (failed(ErrorKind::BlockedAddress, None), Retryable, Permanent),
             (failed(ErrorKind::EndpointPaused, None), Permanent, Permanent),
             (failed(ErrorKind::EndpointRemoved, None), Permanent, Permanent),
+            (failed(ErrorKind::PayloadExpunged, None), Permanent, Permanent),
         ]
     }
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use classify::{Classification, classify};
 pub use curves::BackoffFunction;
-pub use duration::{MAX_POLICY_DURATION, humanize_duration, parse_duration};
+pub use duration::{DurationError, MAX_POLICY_DURATION, format_duration, humanize_duration, parse_duration};
 pub use plan::{BackoffDecision, GiveUpReason, NextStep, RetryContext, plan_next};
 pub use preview::{PlannedAttempt, preview, render_preview_table};
 pub use sns::SnsPolicy;
@@ -101,8 +101,9 @@ impl Phase {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySpec {
-    /// Waits before each attempt, humantime syntax (`0s`, `30s`, `2m`, `1h`, `1d`). The first
-    /// is the first attempt's and must be `0s`: a delivery is attempted as soon as it exists.
+    /// Waits before each attempt, in the one duration grammar (`0s`, `30s`, `2m`, `1h 30m`,
+    /// `1d`; `parse_duration`). The first is the first attempt's and must be `0s`: a delivery
+    /// is attempted as soon as it exists.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -515,7 +516,7 @@ fn spec_deadline(text: Option<&str>, problems: &mut Vec<PolicyProblem>) -> Optio
         }
         Ok(d) => Some(d),
         Err(message) => {
-            problems.push(PolicyProblem::new("deadline", message));
+            problems.push(PolicyProblem::new("deadline", message.to_string()));
             None
         }
     }
@@ -540,7 +541,7 @@ fn schedule_waits(texts: &[String], problems: &mut Vec<PolicyProblem>) -> Vec<Du
                 problems.push(PolicyProblem::new(format!("schedule[{i}]"), too_long(text)));
             }
             Ok(wait) => waits.push(wait),
-            Err(message) => problems.push(PolicyProblem::new(format!("schedule[{i}]"), message)),
+            Err(message) => problems.push(PolicyProblem::new(format!("schedule[{i}]"), message.to_string())),
         }
     }
     if let (Some(first), Some(first_wait)) = (texts.first(), waits.first())

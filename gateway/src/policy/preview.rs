@@ -71,6 +71,24 @@ const TABLE_FOLD_ABOVE_ATTEMPTS: usize = 200;
 /// The shortest run of equal waits that a long table folds into first row, ellipsis, last row.
 const TABLE_FOLD_MIN_RUN: usize = 6;
 
+/// One attempt's row of the preview table.
+fn preview_row(a: &PlannedAttempt) -> [String; 4] {
+    let mut phase = a.phase.label().to_owned();
+    if a.brought_forward() {
+        let _ = write!(
+            phase,
+            " (brought forward to the deadline; planned wait {})",
+            humanize_duration(a.scheduled_wait)
+        );
+    }
+    [
+        a.n.to_string(),
+        humanize_duration(a.wait),
+        humanize_duration(a.at),
+        phase,
+    ]
+}
+
 /// The preview as a text table for the CLI: attempt, wait, time since the event, phase.
 ///
 /// Every attempt has its row, except in previews of more than 200 attempts, where a run of
@@ -79,22 +97,7 @@ const TABLE_FOLD_MIN_RUN: usize = 6;
 pub fn render_preview_table(policy: &Policy) -> String {
     let attempts = preview(policy);
     let mut rows: Vec<[String; 4]> = Vec::new();
-    let row = |a: &PlannedAttempt| {
-        let mut phase = a.phase.label().to_owned();
-        if a.brought_forward() {
-            let _ = write!(
-                phase,
-                " (brought forward to the deadline; planned wait {})",
-                humanize_duration(a.scheduled_wait)
-            );
-        }
-        [
-            a.n.to_string(),
-            humanize_duration(a.wait),
-            humanize_duration(a.at),
-            phase,
-        ]
-    };
+    let row = preview_row;
     let fold = attempts.len() > TABLE_FOLD_ABOVE_ATTEMPTS;
     let mut i = 0;
     while i < attempts.len() {

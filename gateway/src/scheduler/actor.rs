@@ -21,6 +21,7 @@ use super::lifecycle;
 use crate::attempt::{self, AttemptEnv, AttemptInput, AttemptReport, AttemptResult};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::endpoints::Endpoints;
 use crate::fence::Fence;
 use crate::health::{EndpointHealth, HealthInput};
 use crate::model::{DeliveryId, DeliveryStatus, ErrorKind, Event, Outcome, Timestamp};
@@ -108,12 +109,16 @@ pub(super) struct Actor {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) store: Arc<dyn Store>,
     pub(super) config: Arc<ArcSwap<Config>>,
+    pub(super) endpoints: Endpoints,
     pub(super) env: Arc<AttemptEnv>,
     pub(super) rx: mpsc::UnboundedReceiver<Command>,
     pub(super) shared: Arc<Shared>,
     pub(super) due: BinaryHeap<Reverse<Due>>,
     pub(super) seq: u64,
     pub(super) lanes: HashMap<Arc<str>, Lane>,
+    /// The lanes that may have deliveries waiting: dispatch and the idle check look at these
+    /// only, not at every lane there is (one per endpoint ever delivered to).
+    pub(super) busy: HashSet<Arc<str>>,
     pub(super) in_flight: u32,
     tasks: JoinSet<Finished>,
     pub(super) health_timers: BinaryHeap<Reverse<(Timestamp, Arc<str>)>>,
@@ -184,12 +189,14 @@ impl Actor {
             clock: deps.clock,
             store: deps.store,
             config: deps.config,
+            endpoints: deps.endpoints,
             env,
             rx: commands,
             shared,
             due: BinaryHeap::new(),
             seq: 0,
             lanes: HashMap::new(),
+            busy: HashSet::new(),
             in_flight: 0,
             tasks: JoinSet::new(),
             health_timers: BinaryHeap::new(),
@@ -261,13 +268,7 @@ impl Actor {
         match &self.owned {
             None => true,
             Some(owned) => {
-                owned.contains(endpoint)
-                    && !self
-                        .config
-                        .load()
-                        .endpoints
-                        .get(endpoint)
-                        .is_some_and(|ep| ep.ordered)
+                owned.contains(endpoint) && !self.endpoints.routing(endpoint).is_some_and(|r| r.ordered)
             }
         }
     }
@@ -285,8 +286,10 @@ impl Actor {
             // which only the clock or a finished attempt can give, or for the store's answer
             // about its endpoint's health (counted apart, in `health_pending`).
             let idle = self.tasks.is_empty()
-                && self.lanes.iter().all(|(name, l)| {
-                    l.waiting.is_empty() || throttle_wake.is_some() || !self.shared.receives_events(name)
+                && self.busy.iter().all(|name| {
+                    self.lanes.get(name).is_none_or(|l| l.waiting.is_empty())
+                        || throttle_wake.is_some()
+                        || !self.shared.receives_events(name)
                 });
             self.shared
                 .next_wake_ms
@@ -389,6 +392,7 @@ impl Actor {
                 self.step_health_at(&endpoint, HealthInput::Reenable, now);
             }
             Command::Reconfigured => self.reconfigure(),
+            Command::EndpointChanged(endpoint) => self.endpoint_changed(&endpoint),
             Command::Own(endpoint) => self.own(endpoint),
             Command::Owned {
                 endpoint,
@@ -413,11 +417,26 @@ impl Actor {
         }
     }
 
+    /// The endpoint's lane, made when it has none; counted busy, since what takes it may add
+    /// deliveries to it (dispatch forgets it again once nothing waits there).
     pub(super) fn lane(&mut self, endpoint: &Arc<str>) -> &mut Lane {
-        let config = self.config.load();
-        self.lanes
-            .entry(endpoint.clone())
-            .or_insert_with(|| Lane::new(endpoint, &config, self.clock.clone(), &self.metrics))
+        if !self.busy.contains(endpoint) {
+            self.busy.insert(endpoint.clone());
+        }
+        match self.lanes.entry(endpoint.clone()) {
+            std::collections::hash_map::Entry::Occupied(lane) => lane.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let config = self.config.load();
+                let routing = self.endpoints.routing(endpoint);
+                slot.insert(Lane::new(
+                    endpoint,
+                    routing.as_deref(),
+                    &config,
+                    self.clock.clone(),
+                    &self.metrics,
+                ))
+            }
+        }
     }
 
     /// Takes an item into the scheduler: when already due (a new event, or any delivery
@@ -544,12 +563,15 @@ impl Actor {
         // In a cluster, an endpoint whose lease no longer holds by this node's clock starts
         // nothing (after a freeze, before the cluster task has asked the database again); the
         // cluster task then drops what waits for it, or extends the lease.
+        let lanes = &self.lanes;
+        self.busy
+            .retain(|n| lanes.get(n).is_some_and(|l| !l.waiting.is_empty()));
         let names: Vec<Arc<str>> = self
-            .lanes
+            .busy
             .iter()
-            .filter(|(n, l)| !l.waiting.is_empty() && self.shared.receives_events(n))
-            .filter(|(n, _)| self.fence.as_ref().is_none_or(|f| f.holds(n)))
-            .map(|(n, _)| n.clone())
+            .filter(|n| self.shared.receives_events(n))
+            .filter(|n| self.fence.as_ref().is_none_or(|f| f.holds(n)))
+            .cloned()
             .collect();
         for name in names {
             loop {
@@ -586,9 +608,12 @@ impl Actor {
         let env = self.env.clone();
         let store = self.store.clone();
         let config = config.clone();
+        let endpoints = self.endpoints.clone();
         let fence = self.fence.clone();
-        self.tasks
-            .spawn_on(run_attempt(env, store, config, fence, item), &self.runtime);
+        self.tasks.spawn_on(
+            run_attempt(env, store, config, endpoints, fence, item),
+            &self.runtime,
+        );
     }
 
     /// Applies a finished attempt (see [`Actor::settle_attempt`]). The attempt counts as in
@@ -692,9 +717,9 @@ impl Actor {
         now: Timestamp,
     ) -> lifecycle::Decision {
         let config = self.config.load_full();
-        let endpoint = config.endpoints.get(&item.endpoint);
-        let policy = match endpoint {
-            Some(ep) => config.policy_for(ep, &event.topic),
+        let endpoint = self.endpoints.routing(&item.endpoint);
+        let policy = match &endpoint {
+            Some(ep) => config.policy_named(ep.policy(), &event.topic),
             None => Arc::new(crate::policy::Policy::standard()),
         };
         let health = self.shared.health_of(&item.endpoint);
@@ -803,6 +828,7 @@ impl Actor {
         };
         if let Some(next) = lane.release_key(key, item.epoch, item.id) {
             lane.waiting.push_back(next);
+            self.busy.insert(item.endpoint.clone());
         }
     }
 }
@@ -829,6 +855,7 @@ async fn run_attempt(
     env: Arc<AttemptEnv>,
     store: Arc<dyn Store>,
     config: Arc<Config>,
+    endpoints: Endpoints,
     fence: Option<Arc<Fence>>,
     item: Item,
 ) -> Finished {
@@ -843,8 +870,13 @@ async fn run_attempt(
             }
         },
     };
-    let Some(endpoint) = config.endpoints.get(&item.endpoint).cloned() else {
-        return Finished::EndpointRemoved { item };
+    let endpoint = match endpoints.get(&item.endpoint).await {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => return Finished::EndpointRemoved { item },
+        Err(e) => {
+            tracing::warn!(endpoint = %item.endpoint, error = %e, "could not read an endpoint for its attempt; trying again shortly");
+            return Finished::Unread { item };
+        }
     };
     let policy = config.policy_for(&endpoint, &event.topic);
     // In a cluster, the lease is checked again right before the request is written: the

@@ -1,14 +1,14 @@
 //! The handle the rest of the gateway holds, and the state the API reads without asking the
 //! actor.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::health::EndpointHealth;
-use crate::model::{DeliveryId, Event, Timestamp};
+use crate::model::{DeliveryId, EndpointState, Event, Timestamp};
 use crate::store::{HeldKey, PendingDelivery, ReadyDelivery, Restarted};
 
 /// What the rest of the gateway asks of the actor.
@@ -22,6 +22,9 @@ pub(super) enum Command {
         reply: oneshot::Sender<EndpointHealth>,
     },
     Reconfigured,
+    /// One endpoint was created, changed or deleted: its lane takes its new limits, or ends its
+    /// waiting deliveries.
+    EndpointChanged(Arc<str>),
     /// This node now delivers the endpoint (a cluster lease); its pending deliveries follow.
     Own(Arc<str>),
     /// The pending deliveries of an endpoint just owned, as read after the `Own`, and its
@@ -95,8 +98,9 @@ pub enum KeyAnswer {
     Unchanged { front: Option<DeliveryId> },
     /// An attempt of the head is running: its outcome decides; act again after it.
     InFlight(DeliveryId),
-    /// `release` of a key that is not held.
-    NotHeld,
+    /// `release` of a key that is not held: nothing done; the key's head now (None only from a
+    /// node of an older version, which did not say).
+    NotHeld { front: Option<DeliveryId> },
     /// `retry` of a held key: its head finally failed, so it needs a new round (the caller
     /// starts one; the key is released when it comes in).
     NewRound(DeliveryId),
@@ -114,10 +118,48 @@ pub type Publisher = Arc<dyn Fn(Arc<str>, &'static str, EndpointHealth) + Send +
 /// and the head it is held behind. Set by the supervisor, like [`Publisher`].
 pub type KeyHeldPublisher = Arc<dyn Fn(Arc<str>, Arc<str>, DeliveryId) + Send + Sync>;
 
+/// The endpoints' health as this node knows it: the endpoints never attempted have none (they
+/// are active); those that are not active are kept apart as well, so that the metrics and the
+/// overview count them without walking every endpoint.
+#[derive(Default)]
+pub(super) struct HealthMap {
+    all: HashMap<Arc<str>, EndpointHealth>,
+    not_active: BTreeMap<Arc<str>, EndpointState>,
+}
+
+impl HealthMap {
+    pub(super) fn get(&self, endpoint: &str) -> Option<&EndpointHealth> {
+        self.all.get(endpoint)
+    }
+
+    pub(super) fn insert(&mut self, endpoint: Arc<str>, health: EndpointHealth) {
+        if health.state == EndpointState::Active {
+            self.not_active.remove(&endpoint);
+        } else {
+            self.not_active.insert(endpoint.clone(), health.state);
+        }
+        self.all.insert(endpoint, health);
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &EndpointHealth)> {
+        self.all.iter()
+    }
+}
+
+impl FromIterator<(Arc<str>, EndpointHealth)> for HealthMap {
+    fn from_iter<I: IntoIterator<Item = (Arc<str>, EndpointHealth)>>(iter: I) -> Self {
+        let mut map = HealthMap::default();
+        for (endpoint, health) in iter {
+            map.insert(endpoint, health);
+        }
+        map
+    }
+}
+
 /// State the API reads without asking the actor; the actor writes it.
 #[derive(Default)]
 pub(super) struct Shared {
-    pub(super) health: RwLock<HashMap<Arc<str>, EndpointHealth>>,
+    pub(super) health: RwLock<HealthMap>,
     /// Attempts running now, and their endpoints.
     pub(super) in_flight: Mutex<HashMap<DeliveryId, Arc<str>>>,
     pub(super) queued: AtomicU64,
@@ -131,6 +173,10 @@ pub(super) struct Shared {
     /// When the actor will next wake by itself (ms since the epoch; `i64::MAX` for never).
     pub(super) next_wake_ms: AtomicI64,
     pub(super) config_changed: tokio::sync::Notify,
+    /// In a cluster: endpoints created, changed or deleted on this node or by notice, which
+    /// the cluster task has not looked at yet (it may have to take their leases).
+    pub(super) endpoints_changed: Mutex<Vec<Arc<str>>>,
+    pub(super) endpoints_changed_notify: tokio::sync::Notify,
     /// Deliveries committed here that the scheduler takes in from their cluster notice.
     pub(super) awaiting_notices: AtomicU64,
     /// State changes sent to the store, and those committed (or given up) since the start.
@@ -205,6 +251,17 @@ impl SchedulerHandle {
     /// Whether new events should fan out to the endpoint (not paused or disabled).
     pub fn receives_events(&self, endpoint: &str) -> bool {
         self.shared.receives_events(endpoint)
+    }
+
+    /// The endpoints that are not active (degraded, paused or disabled), by name: they are few
+    /// however many endpoints there are, and every other endpoint is active.
+    pub fn not_active(&self) -> Vec<(Arc<str>, EndpointState)> {
+        let health = self.shared.health.read().expect("health lock");
+        health
+            .not_active
+            .iter()
+            .map(|(name, state)| (name.clone(), *state))
+            .collect()
     }
 
     /// Whether this node delivers the endpoint (always on a single node; in a cluster, while
@@ -353,5 +410,36 @@ impl SchedulerHandle {
     pub fn reconfigured(&self) {
         self.shared.config_changed.notify_waiters();
         self.send(Command::Reconfigured);
+    }
+
+    /// Tells the scheduler one endpoint was created, changed or deleted (and in a cluster,
+    /// the cluster task: see [`SchedulerHandle::changed_endpoints`]).
+    pub fn endpoint_changed(&self, endpoint: Arc<str>) {
+        if self.shared.owned.read().expect("owned lock").is_some() {
+            self.shared
+                .endpoints_changed
+                .lock()
+                .expect("changed endpoints lock")
+                .push(endpoint.clone());
+            self.shared.endpoints_changed_notify.notify_one();
+        }
+        self.send(Command::EndpointChanged(endpoint));
+    }
+
+    /// In a cluster: the endpoints changed since the last call, once there is one.
+    pub async fn changed_endpoints(&self) -> Vec<Arc<str>> {
+        loop {
+            let changed = std::mem::take(
+                &mut *self
+                    .shared
+                    .endpoints_changed
+                    .lock()
+                    .expect("changed endpoints lock"),
+            );
+            if !changed.is_empty() {
+                return changed;
+            }
+            self.shared.endpoints_changed_notify.notified().await;
+        }
     }
 }

@@ -170,39 +170,62 @@ impl Actor {
     /// deliveries with `endpoint_removed`; health timers follow the new health rules.
     pub(super) fn reconfigure(&mut self) {
         let config = self.config.load_full();
-        let now = self.clock.now();
         let removed: Vec<Arc<str>> = self
             .lanes
             .keys()
-            .filter(|name| !config.endpoints.contains_key(*name))
+            .filter(|name| !self.endpoints.contains(name))
             .cloned()
             .collect();
         for name in removed {
-            if let Some(mut lane) = self.lanes.remove(&name) {
-                let dropped = lane.stop(true);
-                self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
-                // Keep an epoch past the old one so heap entries of the removed lane stay stale
-                // if an endpoint of the same name comes back.
-                let mut fresh = Lane::new(&name, &config, self.clock.clone(), &self.metrics);
-                fresh.epoch = lane.epoch;
-                if lane.in_flight > 0 {
-                    fresh.in_flight = lane.in_flight;
-                }
-                self.lanes.insert(name.clone(), fresh);
-            }
-            self.change(StateChange::FailPending {
-                endpoint: name,
-                kind: ErrorKind::EndpointRemoved,
-                status: DeliveryStatus::Failed,
-                now,
-            });
+            self.end_removed(name);
         }
         for (name, lane) in self.lanes.iter_mut() {
-            lane.reconfigure(name, &config, self.clock.clone());
+            lane.reconfigure(
+                self.endpoints.routing(name).as_deref(),
+                &config,
+                self.clock.clone(),
+            );
         }
         // Changed rules move the deadlines: without a new timer an endpoint with no attempts
         // running (a paused one) would wait for an input that never comes. A deadline already
         // past fires on the next turn, recorded at the time the new rule gives.
         self.arm_every_health_timer();
+    }
+
+    /// One endpoint was created, changed or deleted: its lane takes the new limits, or, for an
+    /// endpoint gone, its waiting deliveries end with `endpoint_removed`.
+    pub(super) fn endpoint_changed(&mut self, name: &Arc<str>) {
+        match self.endpoints.routing(name) {
+            None => self.end_removed(name.clone()),
+            Some(routing) => {
+                let config = self.config.load_full();
+                if let Some(lane) = self.lanes.get_mut(name) {
+                    lane.reconfigure(Some(&routing), &config, self.clock.clone());
+                }
+            }
+        }
+    }
+
+    /// Ends the waiting deliveries of an endpoint that is gone (in memory and in the store).
+    fn end_removed(&mut self, name: Arc<str>) {
+        if let Some(mut lane) = self.lanes.remove(&name) {
+            let dropped = lane.stop(true);
+            self.shared.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
+            // Keep an epoch past the old one so heap entries of the removed lane stay stale
+            // if an endpoint of the same name comes back.
+            let config = self.config.load_full();
+            let mut fresh = Lane::new(&name, None, &config, self.clock.clone(), &self.metrics);
+            fresh.epoch = lane.epoch;
+            if lane.in_flight > 0 {
+                fresh.in_flight = lane.in_flight;
+            }
+            self.lanes.insert(name.clone(), fresh);
+        }
+        self.change(StateChange::FailPending {
+            endpoint: name,
+            kind: ErrorKind::EndpointRemoved,
+            status: DeliveryStatus::Failed,
+            now: self.clock.now(),
+        });
     }
 }

@@ -27,10 +27,8 @@ impl Actor {
     pub(super) fn front_ended(&mut self, item: &Item, status: DeliveryStatus, now: Timestamp) {
         let failed = matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead);
         let holds = self
-            .config
-            .load()
             .endpoints
-            .get(&item.endpoint)
+            .routing(&item.endpoint)
             .is_some_and(|ep| ep.ordered && ep.on_final_failure == FinalFailure::Hold);
         let Some(key) = item.ordering_key.clone().filter(|_| failed && holds) else {
             self.release_key(item);
@@ -107,7 +105,7 @@ impl Actor {
             return KeyAnswer::InFlight(front);
         }
         match (action, held) {
-            (KeyAction::Release, false) => KeyAnswer::NotHeld,
+            (KeyAction::Release, false) => KeyAnswer::NotHeld { front: Some(front) },
             (KeyAction::Release | KeyAction::Skip, true) => self.release_held(endpoint, key, front),
             (KeyAction::Retry, true) => KeyAnswer::NewRound(front),
             (KeyAction::Skip, false) => self.skip_front(endpoint, key, front),
@@ -130,7 +128,7 @@ impl Actor {
                 });
                 KeyAnswer::Applied(front)
             }
-            Err(NotHeld::NotHeld) => KeyAnswer::NotHeld,
+            Err(NotHeld::NotHeld) => KeyAnswer::NotHeld { front: Some(front) },
             Err(NotHeld::OtherFront(other)) => KeyAnswer::Unchanged { front: Some(other) },
         }
     }

@@ -14,6 +14,7 @@ use super::actor::Item;
 use super::meters::EndpointMetrics;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::endpoints::Routing;
 use crate::model::{DeliveryId, Timestamp};
 use crate::telemetry::Metrics;
 
@@ -71,7 +72,13 @@ pub(super) enum NotHeld {
 }
 
 impl Lane {
-    pub(super) fn new(name: &str, config: &Config, clock: Arc<dyn Clock>, metrics: &Metrics) -> Lane {
+    pub(super) fn new(
+        name: &str,
+        endpoint: Option<&Routing>,
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        metrics: &Metrics,
+    ) -> Lane {
         let mut lane = Lane {
             epoch: 0,
             in_flight: 0,
@@ -83,25 +90,29 @@ impl Lane {
             busy_keys: HashMap::new(),
             metrics: EndpointMetrics::new(name, metrics),
         };
-        lane.reconfigure(name, config, clock);
+        lane.reconfigure(endpoint, config, clock);
         lane
     }
 
     /// Applies the endpoint's current settings; the throttle restarts only if its rate changed.
-    pub(super) fn reconfigure(&mut self, name: &str, config: &Config, clock: Arc<dyn Clock>) {
-        let endpoint = config.endpoints.get(name);
+    pub(super) fn reconfigure(&mut self, endpoint: Option<&Routing>, config: &Config, clock: Arc<dyn Clock>) {
         self.max_in_flight = endpoint
-            .and_then(|e| e.max_in_flight)
+            .and_then(|e| e.max_in_flight())
             .unwrap_or(config.delivery.max_in_flight_per_endpoint)
             .max(1);
         self.ordered = endpoint.is_some_and(|e| e.ordered);
         // The lowest of the endpoint's own limit and its policies' SNS throttlePolicy.
         let rate = endpoint.and_then(|e| {
-            let from_policies = e
-                .topics
-                .iter()
-                .filter_map(|t| config.policy_for(e, t).max_receives_per_second().map(f64::from));
-            e.max_per_second.into_iter().chain(from_policies).reduce(f64::min)
+            let from_policies = e.topics.iter().filter_map(|t| {
+                config
+                    .policy_named(e.policy(), t)
+                    .max_receives_per_second()
+                    .map(f64::from)
+            });
+            e.max_per_second()
+                .into_iter()
+                .chain(from_policies)
+                .reduce(f64::min)
         });
         if rate != self.rate_per_second {
             self.rate_per_second = rate;
@@ -330,6 +341,12 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::model::DeliveryId;
 
+    /// Endpoint `e`'s lane, as the config's file declares it.
+    fn lane_of(cfg: &Config, clock: Arc<dyn Clock>, metrics: &Metrics) -> Lane {
+        let routing = Routing::of(&cfg.file_endpoints["e"]);
+        Lane::new("e", Some(&routing), cfg, clock, metrics)
+    }
+
     fn config(yaml: &str) -> Config {
         crate::config::load_str(yaml, "t.yaml", None, |_| None).unwrap()
     }
@@ -365,7 +382,7 @@ mod tests {
     fn a_drained_lane_gives_back_what_a_burst_took() {
         let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
         let cfg = config("topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t]}\n");
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock.clone()), &Metrics::new());
         lane.max_in_flight = u32::MAX;
         for i in 0..200_000 {
             lane.waiting.push_back(item(i, None));
@@ -381,7 +398,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], max_per_second: 2, max_in_flight: 100}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock.clone()), &Metrics::new());
         for i in 0..10 {
             lane.waiting.push_back(item(i, None));
         }
@@ -410,7 +427,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], max_per_second: 1}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock.clone()), &Metrics::new());
         lane.waiting.push_back(item(1, None));
         lane.waiting.push_back(item(2, None));
         assert!(matches!(lane.next_ready(clock.now()), Next::Go(_)));
@@ -427,7 +444,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], max_in_flight: 2}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock.clone()), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock.clone()), &Metrics::new());
         for i in 0..3 {
             lane.waiting.push_back(item(i, None));
         }
@@ -444,7 +461,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], ordered: true}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock), &Metrics::new());
         assert!(lane.hold_if_key_busy(item(1, Some("a"))).is_some());
         assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_none());
         assert!(lane.hold_if_key_busy(item(3, Some("b"))).is_some());
@@ -472,7 +489,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], ordered: true}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock), &Metrics::new());
         lane.waiting.push_back(item(1, None));
         assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_some());
         assert!(lane.hold_if_key_busy(item(3, Some("a"))).is_none());
@@ -487,7 +504,7 @@ mod tests {
         let cfg = config(
             "topics: {t: {}}\nendpoints:\n  e: {url: 'http://x.example/', topics: [t], ordered: true}\n",
         );
-        let mut lane = Lane::new("e", &cfg, Arc::new(clock), &Metrics::new());
+        let mut lane = lane_of(&cfg, Arc::new(clock), &Metrics::new());
         let key: Arc<str> = Arc::from("a");
         assert!(lane.hold_if_key_busy(item(1, Some("a"))).is_some());
         assert!(lane.hold_if_key_busy(item(2, Some("a"))).is_none());
@@ -662,7 +679,7 @@ mod tests {
                 "topics: {{t: {{}}}}\nendpoints:\n  e: {{url: 'http://x.example/', topics: [t], ordered: true{extra}}}\n"
             ));
             let mut run = Run {
-                lane: Lane::new("e", &cfg, Arc::new(clock), &Metrics::new()),
+                lane: lane_of(&cfg, Arc::new(clock), &Metrics::new()),
                 hold,
                 next_id: 0,
                 ready: Vec::new(),

@@ -104,8 +104,9 @@ fn health_input(result: &AttemptResult) -> Option<HealthInput> {
     match result {
         AttemptResult::Dropped { .. } => None,
         AttemptResult::Sent(Outcome::Delivered { .. }) => Some(HealthInput::AttemptSucceeded),
+        // Neither a plugin's failure nor an expunged payload is the endpoint's.
         AttemptResult::Sent(Outcome::Failed {
-            kind: ErrorKind::PluginError,
+            kind: ErrorKind::PluginError | ErrorKind::PayloadExpunged,
             ..
         }) => None,
         AttemptResult::Sent(outcome) => Some(HealthInput::AttemptFailed {

@@ -51,6 +51,8 @@ pub struct SchedulerDeps {
     pub clock: Arc<dyn Clock>,
     pub store: Arc<dyn Store>,
     pub config: Arc<ArcSwap<Config>>,
+    /// The running endpoints: lanes read their limits there, attempts their whole config.
+    pub endpoints: crate::endpoints::Endpoints,
     pub sender: crate::delivery::Sender,
     pub plugins: crate::plugins::PluginHost,
     pub metrics: crate::telemetry::Metrics,
@@ -73,10 +75,12 @@ impl Scheduler {
     pub async fn load(deps: SchedulerDeps) -> Result<(Scheduler, SchedulerHandle), StoreError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
-        *shared.health.write().expect("health lock") = deps
-            .store
-            .endpoint_health()
-            .await?
+        let health =
+            crate::store::patiently("the endpoints' health", crate::store::START_READ_PATIENCE, || {
+                deps.store.endpoint_health()
+            })
+            .await?;
+        *shared.health.write().expect("health lock") = health
             .into_iter()
             .map(|(name, h)| (Arc::<str>::from(name), h))
             .collect();
@@ -85,7 +89,13 @@ impl Scheduler {
         let (mut actor, feeder) = Actor::new(deps, rx, shared.clone());
         actor.arm_every_health_timer();
         if !clustered {
-            actor.restore_holds(store.held_keys().await?);
+            let held = crate::store::patiently(
+                "the held ordering keys",
+                crate::store::START_READ_PATIENCE,
+                || store.held_keys(),
+            )
+            .await?;
+            actor.restore_holds(held);
             let restored = store.each_pending_page(&mut |page| actor.restore(page)).await?;
             lane::give_back_freed_memory();
             tracing::info!(restored, "scheduler queue rebuilt from the store");

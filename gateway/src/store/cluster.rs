@@ -49,8 +49,8 @@ pub enum ClusterNotice {
     },
     /// Another node changed an endpoint's health state.
     Health(Arc<str>),
-    /// Another node created, changed or deleted an endpoint through the API.
-    Endpoints,
+    /// Another node created, changed or deleted this endpoint through the API.
+    Endpoint(Arc<str>),
     /// An operator's action on an ordering key, for the node that delivers its endpoint
     /// ([`ClusterStore::key_action_request`] reads it).
     KeyAction(i64),
@@ -126,6 +126,13 @@ pub trait ClusterStore: Send + Sync {
     async fn pending_by_ids(&self, ids: &[DeliveryId]) -> StoreResult<Vec<(PendingDelivery, Arc<Event>)>>;
 
     async fn health_of(&self, endpoint: &str) -> StoreResult<Option<EndpointHealth>>;
+
+    /// Every endpoint's health that the store keeps (endpoints never attempted have none), in
+    /// one read: for a node that listens again after its notices broke off.
+    async fn every_health(&self) -> StoreResult<Vec<(String, EndpointHealth)>>;
+
+    /// The health the store keeps of each of these endpoints (those never attempted have none).
+    async fn health_of_each(&self, endpoints: &[&str]) -> StoreResult<Vec<(String, EndpointHealth)>>;
 
     /// Every held ordering key, for a node taking endpoints over.
     async fn held_ordering_keys(&self) -> StoreResult<Vec<super::HeldKey>>;

@@ -179,6 +179,57 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (endpoint, ordering_key)
     );
     "#,
+    // 8: secrets at rest (`store/seal.rs`): the check value that tells the database's key from
+    // another. Its row is written with the first sealed value, in the same transaction. And the
+    // table the readiness probe writes to (and empties again) while the store refuses writes.
+    r#"
+    CREATE TABLE encryption (
+        id           INTEGER PRIMARY KEY CHECK (id = 1),
+        check_value  TEXT    NOT NULL
+    );
+    CREATE TABLE write_probe (filler BLOB NOT NULL);
+    "#,
+    // 9: endpoints created through the API, one at a time: a version per row (a change names
+    // the version it was made from; the running gateway applies a change only over an older
+    // one), a tenant's endpoints by name (its list pages), and the Svix uid as a column,
+    // unique within a tenant. An older database may hold two endpoints of one tenant with one
+    // uid (two creates that raced): the column keeps the older one's.
+    r#"
+    ALTER TABLE api_endpoints ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE api_endpoints ADD COLUMN uid TEXT;
+    UPDATE api_endpoints SET uid = json_extract(spec, '$.svix.uid')
+        WHERE json_valid(spec) AND json_type(spec, '$.svix.uid') = 'text';
+    UPDATE api_endpoints SET uid = NULL
+        WHERE uid IS NOT NULL AND EXISTS (
+            SELECT 1 FROM api_endpoints older
+            WHERE older.uid = api_endpoints.uid
+              AND COALESCE(older.tenant, '') = COALESCE(api_endpoints.tenant, '')
+              AND (older.created_at, older.name) < (api_endpoints.created_at, api_endpoints.name));
+    CREATE UNIQUE INDEX api_endpoints_by_uid ON api_endpoints (COALESCE(tenant, ''), uid)
+        WHERE uid IS NOT NULL;
+    CREATE INDEX api_endpoints_by_tenant ON api_endpoints (tenant, name);
+    "#,
+    // 10: the failed attempts by time, for the overview's count of them per minute and hour
+    // (`activity`). Partial: a successful attempt adds nothing to it.
+    r#"
+    CREATE INDEX attempts_failed_by_time ON attempts (started_at) WHERE error_kind IS NOT NULL;
+    "#,
+    // 11: fewer index entries per delivery. The indexes on `status` and on `updated_at` held
+    // every delivery and moved on every outcome; the states that are looked up get partial
+    // indexes on columns that do not change while a delivery is in them: the pending ones by
+    // endpoint (a start reads them in that order; an attempt that fails and is retried moves
+    // nothing), the dead ones by endpoint (redrive, the backlog), the settled ones by when they
+    // settled (the overview's charts, retention). A delivery enters the pending one when made
+    // and leaves it, for the settled one, when it ends.
+    r#"
+    DROP INDEX deliveries_by_status;
+    DROP INDEX deliveries_by_update;
+    DROP INDEX deliveries_pending;
+    CREATE INDEX deliveries_pending ON deliveries (endpoint, id) WHERE status = 'pending';
+    CREATE INDEX deliveries_dead ON deliveries (endpoint, id) WHERE status = 'dead';
+    CREATE INDEX deliveries_settled ON deliveries (updated_at)
+        WHERE status IN ('succeeded', 'failed', 'dead');
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -14,6 +14,7 @@ mod cluster;
 mod migrations;
 mod ordering;
 mod postgres;
+mod seal;
 mod sqlite;
 mod writer;
 
@@ -27,7 +28,8 @@ pub use ordering::{KeyHead, KeyListing, KeyPage, KeyState, OrderingKeyRow};
 pub use postgres::{
     CopyProgress, DEFAULT_MAX_CONNECTIONS as PG_MAX_CONNECTIONS, PgStore, copy_sqlite_to_postgres,
 };
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use seal::{Column as SealedColumn, EncryptionKey, KeyFormatError, KeyId, SealError, Sealer};
+pub use sqlite::{SqliteBackup, SqliteOptions, SqliteStore, backup_sqlite, key_file_of};
 
 use crate::health::{EndpointHealth, HealthInput, HealthRules, Step};
 use crate::model::{
@@ -55,6 +57,36 @@ pub enum StoreError {
     Overloaded(String),
     #[error("storage error: {0}")]
     Internal(String),
+}
+
+/// How long a start's reads are tried again while the store cannot serve them (see
+/// [`patiently`]): as long as a start waits for its database to be reachable at all.
+pub const START_READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A read that a start needs, tried again with a growing pause while the store answers that it
+/// cannot serve now — the database cut off or restarting for a moment
+/// ([`StoreError::Unavailable`]), or all its connections busy ([`StoreError::Overloaded`]) —
+/// for at most `patience`; any other answer at once. A node that comes up while its database
+/// blinks waits it out instead of ending the process.
+pub async fn patiently<T, F, Fut>(what: &str, patience: std::time::Duration, mut read: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(250);
+    loop {
+        match read().await {
+            Err(e @ (StoreError::Unavailable(_) | StoreError::Overloaded(_)))
+                if started.elapsed() + pause < patience =>
+            {
+                tracing::warn!(error = %e, what, "the store cannot serve a read of the start yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -307,6 +339,9 @@ pub struct DeliveryFilter {
     pub until: Option<Timestamp>,
     /// Only deliveries older than this one (the cursor of the previous page).
     pub before: Option<DeliveryId>,
+    /// Only deliveries newer than this one, oldest first (a page back: the cursor of the page
+    /// after it).
+    pub after: Option<DeliveryId>,
     pub limit: u32,
 }
 
@@ -380,9 +415,14 @@ pub struct RetentionCutoffs {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ActivityBucket {
     pub start: Timestamp,
+    /// Deliveries that ended `succeeded` in the bucket.
     pub succeeded: u64,
-    /// `failed` and `dead`.
+    /// Deliveries that ended `failed` or `dead` in the bucket (by their status now: one
+    /// redriven since counts where it then succeeded).
     pub failed: u64,
+    /// Attempts that failed in the bucket, whatever became of their delivery since: an outage
+    /// stays visible after its deliveries were recovered.
+    pub failed_attempts: u64,
 }
 
 /// Deliveries waiting and dead letters now.
@@ -400,10 +440,26 @@ pub struct ApiEndpointRow {
     pub tenant: Option<String>,
     /// The endpoint's keys as a JSON object (the YAML endpoint keys), its secret included.
     pub spec: String,
+    /// The Svix API's uid of the endpoint (also in `spec`): unique within its tenant, which
+    /// the store enforces, so that two concurrent creates with one uid cannot both succeed.
+    pub uid: Option<String>,
     /// A secret being rotated out, and until when it still signs.
     pub retiring: Option<(String, Timestamp)>,
+    /// 1 when created; each change adds one. A change names the version it was made from.
+    pub version: u64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+/// Which endpoints created through the API a page holds: those of `tenant` (or all), by
+/// name, after the name `after` in the page's direction, at most `limit`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointPage {
+    pub tenant: Option<String>,
+    pub after: Option<String>,
+    pub limit: u32,
+    /// Names from the last to the first.
+    pub descending: bool,
 }
 
 impl std::fmt::Debug for ApiEndpointRow {
@@ -412,7 +468,8 @@ impl std::fmt::Debug for ApiEndpointRow {
         f.debug_struct("ApiEndpointRow")
             .field("name", &self.name)
             .field("tenant", &self.tenant)
-            .field("updated_at", &self.updated_at)
+            .field("uid", &self.uid)
+            .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
@@ -450,12 +507,21 @@ pub struct EventTypeRow {
     pub updated_at: Timestamp,
 }
 
+/// The SQL order of a page of a list kept newest first: against it (oldest first) for a page
+/// read back from a cursor (`after`), so that the rows nearest the cursor come first.
+fn order(after: bool) -> &'static str {
+    if after { "ASC" } else { "DESC" }
+}
+
 /// One page of a tenant's events, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct EventQuery {
     pub tenant: String,
     /// Only events older than this one (by its `seq`, the cursor of the previous page).
     pub before: Option<i64>,
+    /// Only events newer than this one, oldest first (a page back: the cursor of the page after
+    /// it).
+    pub after: Option<i64>,
     /// Only events received in `[since, until)`.
     pub since: Option<Timestamp>,
     pub until: Option<Timestamp>,
@@ -473,6 +539,9 @@ pub struct AttemptQuery {
     pub endpoint: Option<String>,
     /// Only attempts older than this one (the cursor of the previous page).
     pub before: Option<i64>,
+    /// Only attempts newer than this one, oldest first (a page back: the cursor of the page
+    /// after it).
+    pub after: Option<i64>,
     pub limit: u32,
 }
 
@@ -490,6 +559,15 @@ pub struct AttemptListRow {
 
 /// Pending deliveries read at once when the queue is rebuilt (see [`Store::pending_page`]).
 pub const PENDING_PAGE: u32 = 10_000;
+
+/// Where a page of pending deliveries starts: after this delivery of this endpoint. Pages go
+/// by endpoint, then id, the order of the pending deliveries' index by endpoint, so that no
+/// other index of them is needed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCursor {
+    pub endpoint: Arc<str>,
+    pub id: DeliveryId,
+}
 
 /// The gateway's durable state, in the domain's terms.
 #[async_trait]
@@ -533,23 +611,30 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<IngestOutcome>;
 
-    /// The pending deliveries with ids above `after` (all, without one), in id order, at most
-    /// `limit`, without payloads. The in-memory queue is rebuilt from these pages after a
-    /// start, so that a million pending deliveries never lie in one vector beside the queue
-    /// being built from them.
-    async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>>;
+    /// The pending deliveries after `after` (all, without one), by endpoint and, within an
+    /// endpoint, in id order, at most `limit`, without payloads. The in-memory queue is rebuilt
+    /// from these pages after a start, so that a million pending deliveries never lie in one
+    /// vector beside the queue being built from them.
+    async fn pending_page(
+        &self,
+        after: Option<PendingCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<PendingDelivery>>;
 
-    /// Every pending delivery, in id order, handed to `take` a page of [`PENDING_PAGE`] at a
-    /// time; answers how many there were.
+    /// Every pending delivery, by endpoint and in id order within each, handed to `take` a
+    /// page of [`PENDING_PAGE`] at a time; answers how many there were.
     async fn each_pending_page(
         &self,
         take: &mut (dyn FnMut(Vec<PendingDelivery>) + Send),
     ) -> StoreResult<usize> {
         let (mut after, mut count) = (None, 0);
         loop {
-            let page = self.pending_page(after, PENDING_PAGE).await?;
+            let page = self.pending_page(after.take(), PENDING_PAGE).await?;
             let full = page.len() == PENDING_PAGE as usize;
-            after = page.last().map(|p| p.id).or(after);
+            after = page.last().map(|p| PendingCursor {
+                endpoint: p.endpoint.clone(),
+                id: p.id,
+            });
             count += page.len();
             take(page);
             if !full {
@@ -558,7 +643,7 @@ pub trait Store: Send + Sync + 'static {
         }
     }
 
-    /// Every pending delivery, in id order.
+    /// Every pending delivery, by endpoint and in id order within each.
     async fn pending_deliveries(&self) -> StoreResult<Vec<PendingDelivery>> {
         let mut all = Vec::new();
         self.each_pending_page(&mut |page| all.extend(page)).await?;
@@ -580,6 +665,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<Arc<Event>>>;
 
     async fn event(&self, id: &str, topic: Option<&str>) -> StoreResult<Vec<Event>>;
+
+    /// Removes the payload of the event `id` of `topic` on request (Svix's `expunge_content`):
+    /// the payload becomes empty and the labels `labels` (which say `expunged`). False when
+    /// there is no such event.
+    async fn expunge_payload(&self, topic: &str, id: &str, labels: &EventLabels) -> StoreResult<bool>;
 
     /// An endpoint's ordering keys of `listing`, in key order after `after`: each with its
     /// head, what waits behind it and since when. At most `limit` keys are looked at (a page
@@ -621,19 +711,29 @@ pub trait Store: Send + Sync + 'static {
     /// Deliveries pending and dead now (of this tenant's endpoints only, with `tenant`).
     async fn backlog(&self, tenant: Option<String>) -> StoreResult<Backlog>;
 
-    /// Every endpoint created through the API, by name.
-    async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>>;
+    /// The endpoint created through the API of that name.
+    async fn api_endpoint(&self, name: &str) -> StoreResult<Option<ApiEndpointRow>>;
 
-    /// Creates an endpoint (`previous` None; [`StoreError::Conflict`] when the name is taken)
-    /// or replaces the one last changed at `previous` ([`StoreError::Conflict`] when it was
-    /// changed or deleted since: another node's change is never overwritten unseen).
-    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<Timestamp>) -> StoreResult<()>;
+    /// A page of the endpoints created through the API (see [`EndpointPage`]).
+    async fn api_endpoint_page(&self, page: EndpointPage) -> StoreResult<Vec<ApiEndpointRow>>;
+
+    /// Creates an endpoint (`previous` None; [`StoreError::Conflict`] when its name, or its uid
+    /// within its tenant, is taken) or replaces the one at version `previous` with `row`, whose
+    /// version is the next ([`StoreError::Conflict`] when it was changed or deleted since:
+    /// another node's change is never overwritten unseen).
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<u64>) -> StoreResult<()>;
 
     /// Removes an endpoint created through the API ([`StoreError::NotFound`] when there is none).
     async fn delete_api_endpoint(&self, name: &str) -> StoreResult<()>;
 
-    /// The Svix API's applications ordered by id, after `after` (the cursor).
-    async fn applications(&self, after: Option<String>, limit: u32) -> StoreResult<Vec<ApplicationRow>>;
+    /// The Svix API's applications ordered by id (`descending`: newest first), after `after`
+    /// (the cursor: past it in that order).
+    async fn applications(
+        &self,
+        after: Option<String>,
+        limit: u32,
+        descending: bool,
+    ) -> StoreResult<Vec<ApplicationRow>>;
 
     /// The application whose id, uid or tenant is `key`.
     async fn application(&self, key: &str) -> StoreResult<Option<ApplicationRow>>;
@@ -645,12 +745,14 @@ pub trait Store: Send + Sync + 'static {
     /// Removes an application ([`StoreError::NotFound`] when there is none).
     async fn delete_application(&self, id: &str) -> StoreResult<()>;
 
-    /// The event type catalog ordered by name, after `after` (the cursor).
+    /// The event type catalog ordered by name (`descending`: from the last name), after
+    /// `after` (the cursor: past it in that order).
     async fn event_types(
         &self,
         after: Option<String>,
         limit: u32,
         include_archived: bool,
+        descending: bool,
     ) -> StoreResult<Vec<EventTypeRow>>;
 
     async fn event_type(&self, name: &str) -> StoreResult<Option<EventTypeRow>>;
@@ -683,6 +785,16 @@ pub trait Store: Send + Sync + 'static {
     /// full store gets room again. A cap below the current size holds the store at its size.
     async fn set_size_limit(&self, max_bytes: Option<u64>) -> StoreResult<()>;
 
+    /// Seals every secret the store keeps under the current key, those sealed under a previous
+    /// one (`storage.previous_encryption_keys`) included, and the check value with them, so
+    /// that the previous keys can be dropped. Returns how many values were sealed again.
+    async fn rekey(&self) -> StoreResult<u64>;
+
+    /// Whether the store takes writes now (`GET /readyz`): [`StoreError::Unavailable`] with
+    /// the reason while it does not — a full disk or size cap, an I/O error, a failed fsync, a
+    /// database that does not answer, a store shutting down.
+    async fn check_writable(&self) -> StoreResult<()>;
+
     /// Waits until every write submitted so far is committed, then stops the writer.
     async fn close(&self);
 
@@ -704,7 +816,8 @@ pub(crate) fn activity_buckets(since: Timestamp, width_ms: i64, buckets: u32) ->
 }
 
 /// Why [`Store::save_api_endpoint`] changed nothing.
-pub(crate) fn api_endpoint_conflict(name: &str, replacing: bool) -> StoreError {
+pub(crate) fn api_endpoint_conflict(row: &ApiEndpointRow, replacing: bool) -> StoreError {
+    let name = &row.name;
     if replacing {
         StoreError::Conflict(format!(
             "endpoint `{name}` was changed or deleted meanwhile; read it again and retry"
@@ -712,6 +825,14 @@ pub(crate) fn api_endpoint_conflict(name: &str, replacing: bool) -> StoreError {
     } else {
         StoreError::Conflict(format!("an endpoint named `{name}` exists"))
     }
+}
+
+/// A create refused because another endpoint of the tenant has the uid.
+pub(crate) fn api_endpoint_uid_taken(row: &ApiEndpointRow) -> StoreError {
+    StoreError::Conflict(format!(
+        "an endpoint with uid `{}` exists",
+        row.uid.as_deref().unwrap_or_default()
+    ))
 }
 
 /// Why a replacing write changed nothing: the row was changed or deleted since it was read.
@@ -796,12 +917,14 @@ pub(crate) fn parse_trace_id(text: Option<&str>) -> Option<TraceId> {
 pub(crate) mod contract {
     use super::*;
 
-    fn row(name: &str, spec: &str, at: i64) -> ApiEndpointRow {
+    fn row(name: &str, spec: &str, version: u64, at: i64) -> ApiEndpointRow {
         ApiEndpointRow {
             name: name.into(),
             tenant: Some("acme".into()),
             spec: spec.into(),
+            uid: None,
             retiring: None,
+            version,
             created_at: Timestamp::from_millis(at),
             updated_at: Timestamp::from_millis(at),
         }
@@ -809,33 +932,103 @@ pub(crate) mod contract {
 
     /// Created once per name; replaced only from the version it was read at; deleted once.
     pub(crate) async fn api_endpoint_writes(store: &dyn Store) {
-        store.save_api_endpoint(row("a", "{}", 1), None).await.unwrap();
-        let taken = store.save_api_endpoint(row("a", "{}", 1), None).await;
+        store.save_api_endpoint(row("a", "{}", 1, 1), None).await.unwrap();
+        let taken = store.save_api_endpoint(row("a", "{}", 1, 1), None).await;
         assert!(matches!(taken, Err(StoreError::Conflict(_))), "{taken:?}");
 
-        let mut changed = row("a", r#"{"url":"http://x"}"#, 2);
+        let mut changed = row("a", r#"{"url":"http://x"}"#, 2, 2);
         changed.retiring = Some(("whsec_b2xk".into(), Timestamp::from_millis(99)));
-        store
-            .save_api_endpoint(changed.clone(), Some(Timestamp::from_millis(1)))
-            .await
-            .unwrap();
+        store.save_api_endpoint(changed.clone(), Some(1)).await.unwrap();
         // A change based on what was there before the last one is refused, not applied.
-        let stale = store
-            .save_api_endpoint(row("a", "{}", 3), Some(Timestamp::from_millis(1)))
-            .await;
+        let stale = store.save_api_endpoint(row("a", "{}", 2, 3), Some(1)).await;
         assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
-        let read = store.api_endpoints().await.unwrap();
-        assert_eq!(read.len(), 1);
-        assert_eq!(read[0].spec, changed.spec);
-        assert_eq!(read[0].retiring, changed.retiring);
-        assert_eq!(read[0].created_at, Timestamp::from_millis(1));
-        assert_eq!(read[0].updated_at, Timestamp::from_millis(2));
+        let read = store.api_endpoint("a").await.unwrap().expect("stored");
+        assert_eq!(read.spec, changed.spec);
+        assert_eq!(read.retiring, changed.retiring);
+        assert_eq!(read.version, 2);
+        assert_eq!(read.created_at, Timestamp::from_millis(1));
+        assert_eq!(read.updated_at, Timestamp::from_millis(2));
 
         store.delete_api_endpoint("a").await.unwrap();
         let gone = store.delete_api_endpoint("a").await;
         assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
-        assert!(store.api_endpoints().await.unwrap().is_empty());
+        assert!(store.api_endpoint("a").await.unwrap().is_none());
     }
+
+    /// A uid is unique within its tenant: a second create with it is refused, in another tenant
+    /// it is free, and it is free again once its endpoint is gone.
+    pub(crate) async fn api_endpoint_uids(store: &dyn Store) {
+        let with_uid = |name: &str, tenant: &str, uid: &str| ApiEndpointRow {
+            tenant: Some(tenant.into()),
+            uid: Some(uid.into()),
+            ..row(name, "{}", 1, 1)
+        };
+        store
+            .save_api_endpoint(with_uid("a", "acme", "main"), None)
+            .await
+            .unwrap();
+        let taken = store.save_api_endpoint(with_uid("b", "acme", "main"), None).await;
+        assert!(
+            matches!(&taken, Err(StoreError::Conflict(m)) if m.contains("uid `main`")),
+            "{taken:?}"
+        );
+        store
+            .save_api_endpoint(with_uid("c", "globex", "main"), None)
+            .await
+            .unwrap();
+        store.delete_api_endpoint("a").await.unwrap();
+        store
+            .save_api_endpoint(with_uid("b", "acme", "main"), None)
+            .await
+            .unwrap();
+    }
+
+    /// Pages by name in either direction, of one tenant or all: each endpoint once.
+    pub(crate) async fn api_endpoint_pages(store: &dyn Store) {
+        for (i, tenant) in ["acme", "globex", "acme", "acme", "globex"].iter().enumerate() {
+            let r = ApiEndpointRow {
+                tenant: Some((*tenant).into()),
+                ..row(&format!("e{i}"), "{}", 1, 1)
+            };
+            store.save_api_endpoint(r, None).await.unwrap();
+        }
+        let names = |rows: Vec<ApiEndpointRow>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        let page = |tenant: Option<&str>, after: Option<&str>, limit, descending| EndpointPage {
+            tenant: tenant.map(str::to_owned),
+            after: after.map(str::to_owned),
+            limit,
+            descending,
+        };
+        let first = store.api_endpoint_page(page(None, None, 2, false)).await.unwrap();
+        assert_eq!(names(first), ["e0", "e1"]);
+        let next = store
+            .api_endpoint_page(page(None, Some("e1"), 10, false))
+            .await
+            .unwrap();
+        assert_eq!(names(next), ["e2", "e3", "e4"]);
+        let acme = store
+            .api_endpoint_page(page(Some("acme"), Some("e0"), 10, false))
+            .await
+            .unwrap();
+        assert_eq!(names(acme), ["e2", "e3"]);
+        let back = store
+            .api_endpoint_page(page(Some("acme"), Some("e3"), 10, true))
+            .await
+            .unwrap();
+        assert_eq!(names(back), ["e2", "e0"]);
+        let last = store.api_endpoint_page(page(None, None, 1, true)).await.unwrap();
+        assert_eq!(names(last), ["e4"]);
+    }
+}
+
+/// Every endpoint created through the API, in one list: for tests of a store's few rows.
+#[cfg(test)]
+pub(crate) async fn every_api_endpoint(store: &dyn Store) -> Vec<ApiEndpointRow> {
+    let page = EndpointPage {
+        limit: 10_000,
+        ..EndpointPage::default()
+    };
+    store.api_endpoint_page(page).await.unwrap()
 }
 
 #[cfg(test)]
@@ -897,19 +1090,27 @@ pub(crate) mod svix_contract {
 
         let ids = |rows: Vec<ApplicationRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
         assert_eq!(
-            ids(store.applications(None, 10).await.unwrap()),
+            ids(store.applications(None, 10, false).await.unwrap()),
             ["app_a", "app_b"]
         );
-        assert_eq!(ids(store.applications(None, 1).await.unwrap()), ["app_a"]);
+        assert_eq!(ids(store.applications(None, 1, false).await.unwrap()), ["app_a"]);
         assert_eq!(
-            ids(store.applications(Some("app_a".into()), 10).await.unwrap()),
+            ids(store.applications(Some("app_a".into()), 10, false).await.unwrap()),
             ["app_b"]
+        );
+        assert_eq!(
+            ids(store.applications(None, 10, true).await.unwrap()),
+            ["app_b", "app_a"]
+        );
+        assert_eq!(
+            ids(store.applications(Some("app_b".into()), 10, true).await.unwrap()),
+            ["app_a"]
         );
 
         store.delete_application("app_b").await.unwrap();
         let gone = store.delete_application("app_b").await;
         assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
-        assert_eq!(ids(store.applications(None, 10).await.unwrap()), ["app_a"]);
+        assert_eq!(ids(store.applications(None, 10, false).await.unwrap()), ["app_a"]);
     }
 
     fn event_type(name: &str, archived: bool, at: i64) -> EventTypeRow {
@@ -961,24 +1162,33 @@ pub(crate) mod svix_contract {
             }
         );
 
-        let names = |rows: Vec<EventTypeRow>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        // The names of a page: from `after`, at most `limit`, archived ones too or not, by
+        // name forward or (`descending`) back.
+        let listed = |after: Option<&str>, limit: u32, archived: bool, descending: bool| {
+            let after = after.map(str::to_owned);
+            async move {
+                let rows = store
+                    .event_types(after, limit, archived, descending)
+                    .await
+                    .unwrap();
+                rows.into_iter().map(|r| r.name).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(listed(None, 10, false, false).await, ["user.signup"]);
         assert_eq!(
-            names(store.event_types(None, 10, false).await.unwrap()),
-            ["user.signup"]
-        );
-        assert_eq!(
-            names(store.event_types(None, 10, true).await.unwrap()),
+            listed(None, 10, true, false).await,
             ["user.deleted", "user.signup"]
         );
         assert_eq!(
-            names(
-                store
-                    .event_types(Some("user.deleted".into()), 10, true)
-                    .await
-                    .unwrap()
-            ),
+            listed(Some("user.deleted"), 10, true, false).await,
             ["user.signup"]
         );
+        // Back from a name: the names before it, nearest first.
+        assert_eq!(
+            listed(Some("user.signup"), 10, true, true).await,
+            ["user.deleted"]
+        );
+        assert_eq!(listed(None, 1, true, true).await, ["user.signup"]);
 
         store.delete_event_type("user.signup").await.unwrap();
         let gone = store.delete_event_type("user.signup").await;
@@ -1041,6 +1251,7 @@ pub(crate) mod svix_contract {
                     channels: vec!["eu".into()],
                     tags: vec!["t1".into()],
                     event_id: Some(format!("app-{id}")),
+                    expunged: false,
                 },
             }),
             endpoints: vec![Target {
@@ -1049,6 +1260,121 @@ pub(crate) mod svix_contract {
                 ordered: false,
             }],
         }
+    }
+
+    /// The failed first attempt of `delivery`, the `n`th of a test: HTTP `500 + n`.
+    fn failed_attempt(delivery: DeliveryId, n: usize) -> StateChange {
+        StateChange::Attempt(AttemptWrite {
+            delivery,
+            round: 1,
+            attempt: Attempt {
+                n: 1,
+                started_at: Timestamp::from_millis(50 + n as i64),
+                duration_ms: 3,
+                status_code: Some(500 + n as u16),
+                error_kind: Some(ErrorKind::HttpStatus),
+                error: None,
+                exchange: Exchange {
+                    response_body: Some(format!("body {n}")),
+                    ..Exchange::default()
+                },
+                trace_id: None,
+            },
+            plugin_note: None,
+            status: DeliveryStatus::Failed,
+            next_attempt_at: None,
+            last_error: Some("HTTP 500".into()),
+        })
+    }
+
+    /// An expunged event keeps its row (its deliveries and attempts still list it) without
+    /// its payload, and its labels say so; an unknown event is not expunged.
+    pub(crate) async fn expunged_payloads(store: &dyn Store) {
+        let batch = IngestBatch {
+            items: vec![event("x1", "hooli", "a", 1)],
+            idempotency: None,
+            now: Timestamp::from_millis(1),
+        };
+        store.ingest(batch).await.unwrap();
+        let mut labels = store.event("x1", Some("svix")).await.unwrap()[0].labels.clone();
+        labels.expunged = true;
+        assert!(store.expunge_payload("svix", "x1", &labels).await.unwrap());
+        let expunged = store.event("x1", Some("svix")).await.unwrap().remove(0);
+        assert!(expunged.payload.is_empty());
+        assert!(expunged.labels.expunged);
+        assert_eq!(expunged.labels.event_id.as_deref(), Some("app-x1"));
+        assert!(!store.expunge_payload("svix", "nope", &labels).await.unwrap());
+    }
+
+    /// The lists the Svix API pages both ways read back from a cursor too (`after`): the rows
+    /// newer than it, oldest first, so that the nearest come first; `before` still reads on.
+    pub(crate) async fn pages_read_back_from_a_cursor(store: &dyn Store) {
+        let items = ["p1", "p2", "p3", "p4"];
+        let batch = IngestBatch {
+            items: items
+                .iter()
+                .enumerate()
+                .map(|(n, id)| event(id, "initech", "a", n as i64))
+                .collect(),
+            idempotency: None,
+            now: Timestamp::from_millis(10),
+        };
+        let IngestOutcome::Committed(ready) = store.ingest(batch).await.unwrap() else {
+            panic!("a fresh batch is committed")
+        };
+        let events = |after, before| EventQuery {
+            tenant: "initech".into(),
+            after,
+            before,
+            limit: 2,
+            ..EventQuery::default()
+        };
+        let all = store.tenant_events(events(None, None)).await.unwrap();
+        let ids = |rows: &[(i64, Event)]| rows.iter().map(|(_, e)| e.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&all), ["p4", "p3"]);
+        let older = store.tenant_events(events(None, Some(all[1].0))).await.unwrap();
+        assert_eq!(ids(&older), ["p2", "p1"]);
+        let (p1, p4) = (older[1].0, all[0].0);
+        let back = store.tenant_events(events(Some(p1), None)).await.unwrap();
+        assert_eq!(ids(&back), ["p2", "p3"]);
+        let between = store.tenant_events(events(Some(p1), Some(p4))).await.unwrap();
+        assert_eq!(ids(&between), ["p2", "p3"]);
+
+        let deliveries = |after: Option<DeliveryId>| DeliveryFilter {
+            tenant: Some("initech".into()),
+            after,
+            limit: 2,
+            ..DeliveryFilter::default()
+        };
+        let first = ready.iter().map(|d| d.id).min().unwrap();
+        let back = store.deliveries(deliveries(Some(first))).await.unwrap();
+        let of = |rows: &[DeliveryRow]| rows.iter().map(|d| d.event_id.clone()).collect::<Vec<_>>();
+        assert_eq!(of(&back), ["p2", "p3"]);
+        assert_eq!(
+            of(&store.deliveries(deliveries(None)).await.unwrap()),
+            ["p4", "p3"]
+        );
+
+        let changes: Vec<_> = ready
+            .iter()
+            .enumerate()
+            .map(|(n, d)| failed_attempt(d.id, n))
+            .collect();
+        store.apply(changes.into()).await.unwrap();
+        let attempts = |after, before| AttemptQuery {
+            tenant: Some("initech".into()),
+            after,
+            before,
+            limit: 2,
+            ..AttemptQuery::default()
+        };
+        let newest = store.attempts(attempts(None, None)).await.unwrap();
+        let events_of = |rows: &[AttemptListRow]| rows.iter().map(|a| a.event_id.clone()).collect::<Vec<_>>();
+        assert_eq!(events_of(&newest), ["p4", "p3"]);
+        let older = store.attempts(attempts(None, Some(newest[1].id))).await.unwrap();
+        assert_eq!(events_of(&older), ["p2", "p1"]);
+        let back = store.attempts(attempts(Some(older[1].id), None)).await.unwrap();
+        assert_eq!(events_of(&back), ["p2", "p3"]);
     }
 
     /// A tenant's events come newest first, paged by their `seq`, filtered by type and time,
@@ -1071,9 +1397,9 @@ pub(crate) mod svix_contract {
             tenant: "acme".into(),
             before,
             since: since.map(Timestamp::from_millis),
-            until: None,
             event_types: types.iter().map(|t| t.to_string()).collect(),
             limit: 2,
+            ..EventQuery::default()
         };
         let first = store.tenant_events(page(None, &[], None)).await.unwrap();
         let ids = |rows: &[(i64, Event)]| rows.iter().map(|(_, e)| e.id.clone()).collect::<Vec<_>>();
@@ -1094,30 +1420,11 @@ pub(crate) mod svix_contract {
             ["m4", "m2"]
         );
 
-        let mut changes = Vec::new();
-        for (n, delivery) in ready.iter().enumerate() {
-            changes.push(StateChange::Attempt(AttemptWrite {
-                delivery: delivery.id,
-                round: 1,
-                attempt: Attempt {
-                    n: 1,
-                    started_at: Timestamp::from_millis(50 + n as i64),
-                    duration_ms: 3,
-                    status_code: Some(500 + n as u16),
-                    error_kind: Some(ErrorKind::HttpStatus),
-                    error: None,
-                    exchange: Exchange {
-                        response_body: Some(format!("body {n}")),
-                        ..Exchange::default()
-                    },
-                    trace_id: None,
-                },
-                plugin_note: None,
-                status: DeliveryStatus::Failed,
-                next_attempt_at: None,
-                last_error: Some("HTTP 500".into()),
-            }));
-        }
+        let changes: Vec<_> = ready
+            .iter()
+            .enumerate()
+            .map(|(n, d)| failed_attempt(d.id, n))
+            .collect();
         store.apply(changes.into()).await.unwrap();
         let all =
             |q: AttemptQuery| async move { store.attempts(AttemptQuery { limit: 10, ..q }).await.unwrap() };
@@ -1161,6 +1468,47 @@ mod tests {
 
     fn sqlite_error(code: i32) -> rusqlite::Error {
         rusqlite::Error::SqliteFailure(ffi::Error::new(code), None)
+    }
+
+    /// A start's read waits out a database that blinks (unavailable, then busy, then there),
+    /// gives up after its patience, and never retries an answer that is not about the moment.
+    #[tokio::test(start_paused = true)]
+    async fn a_start_s_read_waits_out_a_blink_of_the_database_but_not_for_ever() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::time::Duration;
+
+        let tries = AtomicU32::new(0);
+        let blink = super::patiently("a read", Duration::from_secs(30), || async {
+            match tries.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(StoreError::Unavailable("connection closed".into())),
+                1 => Err(StoreError::Overloaded("no connection free".into())),
+                _ => Ok(7),
+            }
+        })
+        .await;
+        assert_eq!(blink.unwrap(), 7);
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+
+        let started = tokio::time::Instant::now();
+        let down = super::patiently("a read", Duration::from_secs(30), || async {
+            Err::<u32, _>(StoreError::Unavailable("connection refused".into()))
+        })
+        .await;
+        assert!(matches!(down, Err(StoreError::Unavailable(_))));
+        let waited = started.elapsed();
+        assert!(
+            waited <= Duration::from_secs(30) && waited >= Duration::from_secs(20),
+            "{waited:?}"
+        );
+
+        let tries = AtomicU32::new(0);
+        let broken = super::patiently("a read", Duration::from_secs(30), || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err::<u32, _>(StoreError::Internal("no such table".into()))
+        })
+        .await;
+        assert!(matches!(broken, Err(StoreError::Internal(_))));
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
     }
 
     /// A disk that cannot take a write is a condition to wait out (503 with `Retry-After`), not

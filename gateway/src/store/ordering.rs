@@ -214,6 +214,11 @@ pub(crate) mod contract {
         })
     }
 
+    /// The first ten keys of endpoint `e` that `listing` shows.
+    async fn listed(store: &dyn Store, listing: KeyListing) -> Vec<OrderingKeyRow> {
+        store.ordering_keys("e", listing, None, 10).await.unwrap().keys
+    }
+
     fn keys(rows: &[OrderingKeyRow]) -> Vec<(&str, KeyState, u64)> {
         rows.iter()
             .map(|r| (r.key.as_str(), r.state(), r.waiting))
@@ -258,11 +263,7 @@ pub(crate) mod contract {
             .await
             .unwrap();
 
-        let blocked = store
-            .ordering_keys("e", KeyListing::Blocked, None, 10)
-            .await
-            .unwrap()
-            .keys;
+        let blocked = listed(store, KeyListing::Blocked).await;
         assert_eq!(
             keys(&blocked),
             [("a", KeyState::Blocked, 2), ("d", KeyState::Held, 1)]
@@ -281,11 +282,7 @@ pub(crate) mod contract {
         assert_eq!(d.held_since, Some(Timestamp::from_millis(150)));
         assert_eq!(d.oldest_waiting_at, Some(Timestamp::from_millis(30)));
 
-        let all = store
-            .ordering_keys("e", KeyListing::All, None, 10)
-            .await
-            .unwrap()
-            .keys;
+        let all = listed(store, KeyListing::All).await;
         assert_eq!(
             keys(&all),
             [
@@ -295,11 +292,7 @@ pub(crate) mod contract {
                 ("d", KeyState::Held, 1)
             ]
         );
-        let waiting = store
-            .ordering_keys("e", KeyListing::Waiting, None, 10)
-            .await
-            .unwrap()
-            .keys;
+        let waiting = listed(store, KeyListing::Waiting).await;
         assert_eq!(
             keys(&waiting),
             [("a", KeyState::Blocked, 2), ("d", KeyState::Held, 1)]
@@ -327,11 +320,7 @@ pub(crate) mod contract {
             w.last_error = None;
         }
         store.apply(vec![ok].into()).await.unwrap();
-        let all = store
-            .ordering_keys("e", KeyListing::All, None, 10)
-            .await
-            .unwrap()
-            .keys;
+        let all = listed(store, KeyListing::All).await;
         assert_eq!(all[0].head.as_ref().unwrap().delivery_id, id(2));
         assert_eq!(all[0].state(), KeyState::Flowing);
         assert_eq!(all[0].oldest_waiting_at, Some(Timestamp::from_millis(30)));

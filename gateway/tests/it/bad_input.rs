@@ -174,3 +174,156 @@ async fn unknown_ids_and_routes_are_404_with_a_json_error() {
     let (status, body) = gw.get("/v1/deliveries?status=lost").await;
     assert_eq!((status, code(&body)), (400, "invalid_status"));
 }
+
+/// The API reads durations with the file's grammar and says why one is refused: a month is
+/// not a unit in an endpoint's `timeout`, a console token's `ttl` or a rotation's `overlap`.
+#[tokio::test]
+async fn durations_in_the_api_follow_the_files_grammar() {
+    let (gw, sink) = gateway().await;
+    let (status, answer) = gw
+        .post(
+            "/v1/endpoints",
+            json!({"name": "monthly", "url": sink.url("/"), "topics": ["t"], "timeout": "1M"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["problems"][0]["path"], "timeout", "{answer}");
+    let reason = answer["error"]["problems"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("`1M`: months are not a unit: use 30d"),
+        "{reason}"
+    );
+
+    let (status, answer) = gw
+        .post("/v1/tenants/acme/console-token", json!({"ttl": "1.5h"}))
+        .await;
+    assert_eq!((status, code(&answer)), (400, "invalid_ttl"), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("ttl: `1.5h`: whole numbers only: write 1h 30m"),
+        "{message}"
+    );
+
+    let (status, created) = gw
+        .post(
+            "/v1/endpoints",
+            json!({"name": "rotating", "url": sink.url("/"), "topics": ["t"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let (status, answer) = gw
+        .post(
+            "/v1/endpoints/rotating/secret/rotate",
+            json!({"overlap": "2 weeks"}),
+        )
+        .await;
+    assert_eq!((status, code(&answer)), (400, "invalid_overlap"), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("overlap: `2 weeks`: weeks are not a unit: use 14d"),
+        "{message}"
+    );
+    let (status, answer) = gw
+        .post(
+            "/v1/endpoints/rotating/secret/rotate",
+            json!({"overlap": "1h 30m"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// Every refusal of the HTTP API has the JSON error shape, axum's own included: a query
+/// string that does not deserialize, a path parameter that does not decode, a body that is not
+/// JSON or is too large, a method a route does not have (with `Allow`). The Svix API keeps
+/// Svix's shape.
+#[tokio::test]
+async fn refusals_of_the_framework_are_json_errors_too() {
+    let (gw, _sink) = gateway().await;
+    let answer = |method: &str, path: &str| {
+        gw.http
+            .request(method.parse().unwrap(), format!("{}{path}", gw.base))
+    };
+    let json_error = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        let allow = response
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+        assert_eq!(content_type, "application/json", "{status}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        (status, body, allow)
+    };
+
+    let (status, body, _) = json_error(answer("GET", "/v1/deliveries/summary").send().await.unwrap()).await;
+    assert_eq!((status, code(&body)), (400, "invalid_query"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `endpoint`"),
+        "{body}"
+    );
+
+    let (status, body, _) = json_error(answer("GET", "/v1/deliveries?limit=abc").send().await.unwrap()).await;
+    assert_eq!((status, code(&body)), (400, "invalid_query"), "{body}");
+    assert_eq!(
+        body["error"]["message"], "query parameter `limit`: invalid digit found in string",
+        "{body}"
+    );
+
+    let (status, body, _) = json_error(answer("GET", "/v1/endpoints/%FF").send().await.unwrap()).await;
+    assert_eq!((status, code(&body)), (400, "invalid_path"), "{body}");
+
+    let (status, body, allow) = json_error(answer("DELETE", "/v1/stats").send().await.unwrap()).await;
+    assert_eq!((status, code(&body)), (405, "method_not_allowed"), "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "`DELETE` is not a method of `/v1/stats`"
+    );
+    assert_eq!(allow.as_deref(), Some("GET,HEAD"));
+
+    let (status, body, _) =
+        json_error(answer("POST", "/v1/event-types").body("{}").send().await.unwrap()).await;
+    assert_eq!((status, code(&body)), (415, "unsupported_media_type"), "{body}");
+    let (status, body, _) = json_error(
+        answer("POST", "/v1/event-types")
+            .header("content-type", "application/json")
+            .body(r#"{"name": "#)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (400, "malformed_body"), "{body}");
+
+    // Over axum's 2 MB limit for the bodies the API reads whole.
+    let (status, body, _) = json_error(
+        answer("POST", "/v1/endpoints")
+            .header("content-type", "application/json")
+            .body(vec![b' '; 3 << 20])
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (413, "payload_too_large"), "{body}");
+
+    // The OpenAPI document still describes the parameters these extractors read.
+    let (_, doc) = gw.get("/openapi.json").await;
+    let names = |path: &str| -> Vec<String> {
+        doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no parameters for {path}"))
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(names("/v1/endpoints/{name}").contains(&"name".to_owned()));
+    assert!(names("/v1/deliveries").contains(&"limit".to_owned()));
+
+    // Svix's API answers a wrong method in Svix's shape.
+    let (status, body, _) = json_error(answer("PUT", "/api/v1/app").send().await.unwrap()).await;
+    assert_eq!(status, 405, "{body}");
+    assert_eq!(body["code"], "method_not_allowed", "{body}");
+}

@@ -41,7 +41,10 @@ impl RealGateway {
     /// PostgreSQL schema when `tests/postgres.rs` runs the suite, else SQLite.
     pub async fn start_on_suite_store(dir: &Path, server: &str, yaml: &str, args: &[&str]) -> RealGateway {
         let storage = crate::support::postgres_url_for(dir).map_or(String::new(), |url| {
-            format!("  url: {url}\n  max_connections: 3\n")
+            format!(
+                "  url: {url}\n  max_connections: 3\n  encryption_key: {}\n",
+                crate::support::PG_TEST_KEY
+            )
         });
         Self::start_configured(dir, server, &storage, yaml, args).await
     }
@@ -58,26 +61,32 @@ impl RealGateway {
         std::fs::write(
             &config,
             format!(
-                "server:\n  listen: 127.0.0.1:{port}\n{server}storage:\n  path: {dir}/db/hookgate.db\n{storage}plugins:\n  dir: {dir}/plugins\n{yaml}",
+                "server:\n  listen: 127.0.0.1:{port}\n{server}storage:\n  path: {dir}/db/hookgate.db\n{storage}plugins:\n  dir: {dir}/plugins\n  bundled: false\n{yaml}",
                 dir = dir.display()
             ),
         )
         .unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+        command.args(["serve", "--config"]).arg(&config).args(args);
+        Self::spawn(dir, port, command).await
+    }
+
+    /// Runs `command` (a `hookgate serve …`) in `dir`, its log in `dir/gateway.log`, and waits
+    /// until it answers `/healthz` on `port`.
+    pub async fn spawn(dir: &Path, port: u16, mut command: Command) -> RealGateway {
         let log = dir.join("gateway.log");
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .args(args)
+        let child = command
+            .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(log_file)
             .spawn()
             .unwrap();
-        let gateway = RealGateway {
+        let mut gateway = RealGateway {
             child,
             base: format!("http://127.0.0.1:{port}"),
             log,
@@ -87,13 +96,27 @@ impl RealGateway {
         gateway
     }
 
-    async fn wait_healthy(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    /// The child's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for `/healthz`, or says at once that the process ended. The wait is long: a
+    /// first start of the embedded default compiles the bundled plugins (the js one alone takes
+    /// seconds in a test build, many more on a loaded machine).
+    async fn wait_healthy(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
         while tokio::time::Instant::now() < deadline {
             if let Ok(r) = self.http.get(format!("{}/healthz", self.base)).send().await
                 && r.status() == 200
             {
                 return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "the gateway ended ({status}) before it came up; its log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

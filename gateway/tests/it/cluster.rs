@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Received, Reply, Sink, postgres_url_for};
+use crate::support::{PG_TEST_KEY, Received, Reply, Sink, postgres_url_for};
 
 const WAIT: Duration = Duration::from_secs(30);
 /// Short, so that taking over a dead node's endpoints takes seconds.
@@ -151,8 +151,8 @@ impl Cluster {
             std::fs::write(
                 &config,
                 format!(
-                    "server:\n  listen: {ip}:{port}\nstorage:\n  url: \"{url}\"\n  max_connections: 8\ncluster:\n  lease: {}ms\n  node_id: node-{i}\n\
-                     plugins:\n  dir: {d}/plugins\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n\
+                    "server:\n  listen: {ip}:{port}\nstorage:\n  url: \"{url}\"\n  max_connections: 8\n  encryption_key: {PG_TEST_KEY}\ncluster:\n  lease: {}ms\n  node_id: node-{i}\n\
+                     plugins:\n  dir: {d}/plugins\n  bundled: false\n  cache_dir: {d}/cache\ndelivery:\n  allow_networks: [127.0.0.0/8]\n\
                      {extra}topics:\n  t: {{}}\nendpoints:\n{endpoints}",
                     LEASE.as_millis(),
                     d = dir.path().display()

@@ -101,8 +101,16 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     browser.wait_for_text("order.created").await;
     browser.screenshot("deliveries").await;
     browser.click("table a[href^='#/deliveries/dlv_']").await;
+    // The list shows the error too: wait for the delivery's own page.
+    browser.wait_for_text("Round 1, attempt 1").await;
     browser.wait_for_text("database is down").await;
     assert!(browser.page_text().await.contains("500"));
+    // The body sent: the event's payload, with its content type.
+    let body = browser.find("#body-sent").await.text().await;
+    assert!(
+        body.contains("application/json") && body.contains("\"id\": 42"),
+        "{body}"
+    );
     browser.screenshot("delivery-failed").await;
 
     // Fixed: redeliver from the console, and see it succeed — also when the receiver takes its
@@ -130,6 +138,34 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     browser.goto(&format!("{}/console/#/overview", gw.base)).await;
     browser.wait_for_text("Last day").await;
     browser.screenshot("overview").await;
+    // The cards count failed attempts apart from the deliveries that ended failed, as
+    // `GET /v1/stats` does (`overview::failed_attempts_stay_counted_…` has them differ).
+    let (_, hour) = gw.get("/v1/stats").await;
+    let sum = |key: &str| -> u64 {
+        hour["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[key].as_u64().unwrap())
+            .sum()
+    };
+    assert!(sum("failed_attempts") > 0, "{hour}");
+    let card = |label: &str| {
+        let script = "return [...document.querySelectorAll('.stat')]
+            .find((s) => s.querySelector('.label').textContent === arguments[0])
+            .querySelector('.value').textContent;";
+        let label = label.to_owned();
+        let browser = &browser;
+        async move { browser.execute(script, json!([label])).await }
+    };
+    assert_eq!(
+        card("failed attempts in the last hour").await,
+        json!(sum("failed_attempts").to_string())
+    );
+    assert_eq!(
+        card("deliveries ended failed in the last hour").await,
+        json!(sum("failed").to_string())
+    );
     browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
     browser.wait_for_text("shop").await;
     browser.screenshot("endpoints").await;
@@ -151,7 +187,7 @@ async fn an_operator_signs_in_creates_an_endpoint_and_redelivers_a_failed_delive
     // Delete, after confirming: gone from the list.
     browser.click("#delete").await;
     browser.accept_dialog().await;
-    browser.wait_for_text("1 of 1 endpoints").await;
+    browser.wait_for_text("1 endpoint").await;
     assert!(!browser.page_text().await.contains("shop"));
     let (status, _) = gw.get("/v1/endpoints/shop").await;
     assert_eq!(status, 404);
@@ -214,6 +250,44 @@ async fn a_paused_endpoint_is_reenabled_with_replay_and_a_window_replayed_after_
     browser.click("#replay-send").await;
     browser.wait_for_text("3 events queued again").await;
     sink.wait_for(6, WAIT).await;
+    browser.close().await;
+}
+
+/// A gateway without API keys opens the console at once, and there is nothing to sign out of:
+/// no "Sign out" (it led to a sign-in page that had no key to ask for); the sign-in page says
+/// so and leads to the overview; a console link's token still opens a tenant's view, and
+/// signing out of it returns to the admin's overview.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_api_keys_has_nothing_to_sign_out_of() {
+    let Some(browser) = browser().await else { return };
+    let gw = TestGateway::start("topics:\n  t: {}\n").await;
+    let (_, me) = gw.get("/v1/me").await;
+    assert_eq!(me, json!({"admin": true, "tenant": null, "open": true}));
+
+    browser.goto(&format!("{}/console/", gw.base)).await;
+    browser.wait_for_text("delivered in the last hour").await;
+    assert!(browser.page_text().await.contains("no API keys"));
+    assert!(!browser.has("#sign-out").await, "nothing to sign out of");
+    browser.goto(&format!("{}/console/#/signin", gw.base)).await;
+    browser.wait_for_text("the console needs no sign-in").await;
+    browser.assert_readable().await;
+    browser.click("#to-overview").await;
+    browser.wait_for_text("delivered in the last hour").await;
+
+    let (status, link) = gw.post("/v1/tenants/acme/console-token", json!({})).await;
+    assert_eq!(status, 200, "{link}");
+    let token = link["token"].as_str().unwrap();
+    browser.goto("about:blank").await;
+    browser.goto(&format!("{}/console/#token={token}", gw.base)).await;
+    browser.wait_for_text("Tenant acme").await;
+    browser.click("#sign-out").await;
+    browser.wait_for_text("Admin").await;
+    browser.wait_for_text("delivered in the last hour").await;
+    let page = browser.page_text().await;
+    assert!(
+        !page.contains("Sign in") && !page.contains("Tenant acme"),
+        "{page}"
+    );
     browser.close().await;
 }
 
@@ -444,7 +518,7 @@ async fn counts_policies_and_a_refused_reload_read_right() {
     // A reload refused: the Overview says that the file is not what runs, and why.
     gw.write_config(&format!("{yaml}    colour: blue\n"));
     assert!(matches!(
-        gw.reloader().reload_from_file(),
+        gw.reloader().reload_from_file().await,
         hookgate::ReloadOutcome::Refused { .. }
     ));
     browser.goto(&format!("{}/console/#/overview", gw.base)).await;
@@ -457,11 +531,11 @@ async fn counts_policies_and_a_refused_reload_read_right() {
     browser.screenshot("overview-reload-refused").await;
     gw.write_config(&yaml);
     assert!(matches!(
-        gw.reloader().reload_from_file(),
+        gw.reloader().reload_from_file().await,
         hookgate::ReloadOutcome::Applied { .. }
     ));
     browser.goto(&format!("{}/console/#/endpoints", gw.base)).await;
-    browser.wait_for_text("1 of 1 endpoints").await;
+    browser.wait_for_text("1 endpoint").await;
     browser.goto(&format!("{}/console/#/overview", gw.base)).await;
     browser.wait_for_text("delivered in the last hour").await;
     assert!(!browser.page_text().await.contains("not what runs"));

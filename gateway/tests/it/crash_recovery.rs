@@ -326,7 +326,7 @@ async fn kill_9_under_load_loses_no_acknowledged_event() {
 /// A config for the real binary on a free port, storing in `dir`, delivering to `endpoints`.
 fn binary_config(dir: &std::path::Path, port: u16, extra: &str, endpoints: &str) -> String {
     format!(
-        "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {}/db/hookgate.db\nplugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{extra}topics:\n  t: {{}}\nendpoints:\n{endpoints}",
+        "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {}/db/hookgate.db\nplugins:\n  dir: {}/plugins\n  bundled: false\ndelivery:\n  allow_networks: [127.0.0.0/8]\n{extra}topics:\n  t: {{}}\nendpoints:\n{endpoints}",
         dir.display(),
         dir.display()
     )

@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(20);
 /// The whole config file (the test harness's base has no `storage.max_size`).
 fn config_text(dir: &Path, max_size: &str, rest: &str) -> String {
     format!(
-        "storage:\n  path: {d}/hookgate.db\n  max_size: {max_size}\nplugins:\n  dir: {d}/plugins\n\
+        "storage:\n  path: {d}/hookgate.db\n  max_size: {max_size}\nplugins:\n  dir: {d}/plugins\n  bundled: false\n\
          delivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n{rest}",
         d = dir.display()
     )
@@ -38,9 +38,9 @@ async fn start_capped(rest: &str, max_bytes: u64) -> TestGateway {
 }
 
 /// Raises (or sets) the cap the way an operator does: edit the file, reload.
-fn reload_with_cap(gw: &TestGateway, max_size: &str, rest: &str) {
+async fn reload_with_cap(gw: &TestGateway, max_size: &str, rest: &str) {
     std::fs::write(gw.config_path(), config_text(gw.dir.path(), max_size, rest)).unwrap();
-    gw.reloader().reload_from_file();
+    gw.reloader().reload_from_file().await;
 }
 
 fn integrity_check(db: &Path) -> String {
@@ -99,6 +99,14 @@ async fn a_full_store_refuses_with_503_loses_nothing_and_recovers_when_the_cap_i
 
     let (accepted, refused) = fill(&gw).await;
     assert!(accepted.len() >= 10, "only {} events fit", accepted.len());
+    // Not ready while full (a load balancer stops sending), yet alive.
+    let (status, body) = gw.get("/readyz").await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("storage_unavailable")),
+        "{body}"
+    );
+    assert_eq!(gw.get("/healthz").await.0, 200);
 
     // Still full: every further write is refused whole, a batch included. (The batch is large:
     // deliveries finishing meanwhile may free a page or two of the index they leave.)
@@ -128,8 +136,10 @@ async fn a_full_store_refuses_with_503_loses_nothing_and_recovers_when_the_cap_i
     assert!(!delivered.contains(&refused));
     assert_eq!(integrity_check(&db), "ok");
 
-    // Room again, without a restart: the refused event is taken now.
-    reload_with_cap(&gw, "4MiB", &rest);
+    // Room again, without a restart: ready again (the probe's write fits), and the refused
+    // event is taken now.
+    reload_with_cap(&gw, "4MiB", &rest).await;
+    gw.wait_until("/readyz", WAIT, |r| r["status"] == "ready").await;
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let (status, body, _) = post_event(&gw, &refused).await;
@@ -178,13 +188,13 @@ async fn outcomes_that_a_full_store_refused_are_recorded_once_it_has_room() {
     // The last first outcomes may have found the store full too: a little room until all are
     // recorded, then the cap again, which holds the store at its size. (Whether they fit in
     // the last pages' slack depended on the size of an attempt row.)
-    reload_with_cap(&gw, "640KiB", &rest);
+    reload_with_cap(&gw, "640KiB", &rest).await;
     gw.wait_until("/v1/deliveries?status=pending&limit=1000", WAIT, |l| {
         let pending = l["deliveries"].as_array().unwrap();
         pending.len() == n && pending.iter().all(|d| d["attempt_count"] == 1)
     })
     .await;
-    reload_with_cap(&gw, "512KiB", &rest);
+    reload_with_cap(&gw, "512KiB", &rest).await;
 
     // The second attempts succeed, but their outcomes (an attempt row each) no longer fit.
     sink.always(Reply::status(200));
@@ -202,7 +212,7 @@ async fn outcomes_that_a_full_store_refused_are_recorded_once_it_has_room() {
     );
 
     // Room again: the kept outcomes reach the disk, in order, without a restart.
-    reload_with_cap(&gw, "8MiB", &rest);
+    reload_with_cap(&gw, "8MiB", &rest).await;
     gw.wait_until("/v1/deliveries?status=succeeded&limit=1000", WAIT, |l| {
         l["deliveries"].as_array().unwrap().len() == n
     })

@@ -63,7 +63,7 @@ async fn an_endpoint_created_through_the_api_gets_signed_deliveries_and_survives
     let gw = TestGateway::start_in(dir, TOPICS, ManualClock::new(gw.now())).await;
     assert_eq!(endpoint(&gw, "shop").await["source"], "api");
     assert!(matches!(
-        gw.reloader().reload_from_file(),
+        gw.reloader().reload_from_file().await,
         hookgate::ReloadOutcome::Applied { .. }
     ));
     gw.ingest("orders", "order.created", json!({"n": 2})).await;
@@ -216,7 +216,7 @@ async fn config_endpoints_are_read_only_and_a_name_clash_refuses_the_file() {
         "{yaml}  shop:\n    url: {}\n    topics: [orders]\n",
         sink.url("/file-shop")
     ));
-    match gw.reloader().reload_from_file() {
+    match gw.reloader().reload_from_file().await {
         hookgate::ReloadOutcome::Refused { problems } => {
             let text = problems.join("\n");
             assert!(
@@ -231,7 +231,7 @@ async fn config_endpoints_are_read_only_and_a_name_clash_refuses_the_file() {
     // A file that drops the topic an API endpoint uses is refused too.
     gw.write_config("topics:\n  invoices: {}\n");
     assert!(matches!(
-        gw.reloader().reload_from_file(),
+        gw.reloader().reload_from_file().await,
         hookgate::ReloadOutcome::Refused { .. }
     ));
 }

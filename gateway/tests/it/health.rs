@@ -10,7 +10,8 @@ use hookgate::model::Timestamp;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Probe, Reply, START, Sink, TestGateway, WAIT, deliveries_of, endpoint, time, wait_failures, wait_state,
+    Probe, Reply, START, Sink, TestGateway, WAIT, deliveries_of, endpoint, metric, time, wait_failures,
+    wait_state,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -48,7 +49,9 @@ async fn five_failed_attempts_degrade_and_one_success_recovers() {
     ingest_n(&gw, 4).await;
     let e = wait_failures(&gw, "e", 4).await;
     probe.barrier(&gw).await;
-    let e2 = endpoint(&gw, "e").await;
+    // Still 4 once everything before the probe has run (on PostgreSQL the view is the
+    // database's, which the scheduler's writes reach a moment after its memory).
+    let e2 = wait_failures(&gw, "e", 4).await;
     assert_eq!(e2["consecutive_failures"], 4, "{e2}");
     assert_eq!(e["state"], "active", "4 failures are not enough: {e}");
     assert_eq!(e["history"], json!([]));
@@ -78,6 +81,16 @@ async fn five_failed_attempts_degrade_and_one_success_recovers() {
         .clone();
     assert_eq!(listed["state"], "degraded");
     assert_eq!(listed["consecutive_failures"], 5);
+    // The metrics say so: the endpoint's state gauge (exported while it is not active) and
+    // the count per state.
+    let text = gw.metrics_text().await;
+    let degraded = r#"hookgate_endpoint_state{endpoint="e",state="degraded"}"#;
+    assert_eq!(metric(&text, degraded), 1.0, "{text}");
+    assert_eq!(
+        metric(&text, r#"hookgate_endpoints{state="degraded"}"#),
+        1.0,
+        "{text}"
+    );
 
     // A degraded endpoint still receives events.
     let accepted = gw.ingest("t", "order.created", json!({})).await;
@@ -94,6 +107,25 @@ async fn five_failed_attempts_degrade_and_one_success_recovers() {
     let h = last_history(&e);
     assert_eq!(h["reason"], "delivery succeeded");
     assert_eq!(time(&h["at"]), recovered_at);
+    // Active again: its gauge says so once more, and it counts as active.
+    let text = gw.metrics_text().await;
+    assert_eq!(metric(&text, degraded), 0.0, "{text}");
+    assert_eq!(
+        metric(&text, r#"hookgate_endpoint_state{endpoint="e",state="active"}"#),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"hookgate_endpoints{state="degraded"}"#),
+        0.0,
+        "{text}"
+    );
+    let active = metric(&text, r#"hookgate_endpoints{state="active"}"#);
+    assert_eq!(
+        active,
+        gw.get("/v1/status").await.1["endpoints"].as_f64().unwrap(),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -239,7 +271,7 @@ async fn deadlines_that_passed_while_the_gateway_was_down_apply_at_start_at_thei
 }
 
 /// Applies `yaml` (after the test base) to the running gateway, as a file reload would.
-fn reload(gw: &TestGateway, yaml: &str) {
+async fn reload(gw: &TestGateway, yaml: &str) {
     let path = gw.dir.path().join("reloaded.yaml");
     std::fs::write(
         &path,
@@ -247,7 +279,7 @@ fn reload(gw: &TestGateway, yaml: &str) {
     )
     .unwrap();
     let config = hookgate::config::load_file(&path).unwrap();
-    gw.gateway.as_ref().unwrap().reloader().apply(config);
+    gw.gateway.as_ref().unwrap().reloader().apply(config).await;
 }
 
 #[tokio::test]
@@ -262,7 +294,7 @@ async fn changed_health_rules_move_the_timers_of_a_running_gateway() {
 
     // One day instead of three (no attempt runs in between: the retries come at 30 h).
     gw.advance(HOUR).await;
-    reload(&gw, &config(&sink, &probe, "health:\n  pause_after: 1d\n"));
+    reload(&gw, &config(&sink, &probe, "health:\n  pause_after: 1d\n")).await;
     gw.advance_to(START.plus(DAY).minus(Duration::from_secs(1))).await;
     probe.barrier(&gw).await;
     assert_eq!(endpoint(&gw, "e").await["state"], "degraded");
@@ -287,7 +319,8 @@ async fn changed_health_rules_move_the_timers_of_a_running_gateway() {
             &probe,
             "health:\n  pause_after: 1d\n  disable_after: 36h\n",
         ),
-    );
+    )
+    .await;
     let e = wait_state(&gw, "e", "disabled").await;
     assert_eq!(
         time(&e["history"].as_array().unwrap().last().unwrap()["at"]),
@@ -318,7 +351,8 @@ async fn rules_lowered_past_the_last_change_do_not_date_a_change_before_it() {
             &probe,
             "health:\n  pause_after: 12h\n  disable_after: 12h\n",
         ),
-    );
+    )
+    .await;
     let e = wait_state(&gw, "e", "disabled").await;
     let times: Vec<Timestamp> = e["history"]
         .as_array()
@@ -574,7 +608,7 @@ async fn the_real_binary_with_a_day_per_second_walks_an_endpoint_down_and_replay
     std::fs::write(
         &config,
         format!(
-            "server:\n  listen: 127.0.0.1:0\nstorage:\n  path: {d}/hookgate.db\nplugins:\n  dir: {d}/plugins\n\
+            "server:\n  listen: 127.0.0.1:0\nstorage:\n  path: {d}/hookgate.db\nplugins:\n  dir: {d}/plugins\n  bundled: false\n\
              delivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n\
              policies:\n  hourly:\n    schedule: [0s, 2h, 2h, 2h, 2h]\n    jitter: 0\n\
              topics:\n  t: {{}}\n\

@@ -254,14 +254,17 @@ async fn the_delivery_log_pages_newest_first() {
 }
 
 /// With no config file, a newcomer's first event is accepted: the embedded default has a
-/// `default` topic, listed by `GET /v1/topics`, and the event is stored and readable.
-#[tokio::test]
+/// `default` topic, listed by `GET /v1/topics`, and the event is stored and readable. The
+/// bundled plugins serve without a plugin folder (the README's `js` transformations need them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_default_accepts_a_first_event_on_its_default_topic() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = hookgate::config::Config::embedded_default();
+    assert!(config.plugins.bundled, "the bundled plugins are on by default");
     // Everything else stays the embedded default's; only the files go to the temp dir.
     config.storage.path = dir.path().join("hookgate.db");
     config.plugins.dir = dir.path().join("plugins");
+    config.plugins.cache_dir = dir.path().join("plugin-cache");
     let mut options = hookgate::GatewayOptions::new(
         config,
         std::sync::Arc::new(hookgate::clock::ManualClock::new(crate::support::START)),
@@ -270,20 +273,20 @@ async fn the_embedded_default_accepts_a_first_event_on_its_default_topic() {
     let gateway = hookgate::Gateway::start(options).await.unwrap();
     let base = format!("http://{}", gateway.addr());
     let http = reqwest::Client::new();
+    let get = |path: String| {
+        let request = http.get(format!("{base}{path}"));
+        async move {
+            let answer = request.send().await.unwrap();
+            answer.json::<serde_json::Value>().await.unwrap()
+        }
+    };
 
-    let topics: serde_json::Value = http
-        .get(format!("{base}/v1/topics"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let topics = get("/v1/topics".into()).await;
     // The default topic, and the built-in one of the Svix API.
     assert_eq!(
         topics["topics"],
-        json!([{"name": "default", "policy": null, "endpoints": []},
-               {"name": "svix", "policy": null, "endpoints": []}])
+        json!([{"name": "default", "policy": null, "subscribers": 0},
+               {"name": "svix", "policy": null, "subscribers": 0}])
     );
     let answer = http
         .post(format!("{base}/v1/topics/default/events"))
@@ -294,14 +297,28 @@ async fn the_embedded_default_accepts_a_first_event_on_its_default_topic() {
     assert_eq!(answer.status(), 202);
     let accepted: serde_json::Value = answer.json().await.unwrap();
     assert_eq!(accepted["deliveries"], 0);
-    let event: serde_json::Value = http
-        .get(format!("{base}/v1/events/{}", accepted["id"].as_str().unwrap()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let event = get(format!("/v1/events/{}", accepted["id"].as_str().unwrap())).await;
     assert_eq!(event["payload"], json!({"first": true}));
+
+    let plugins = get("/v1/plugins".into()).await;
+    let loaded: Vec<(&str, &str)> = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["world"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        loaded,
+        [
+            ("cloudevents", "transformer"),
+            ("decorrelated-jitter", "backoff"),
+            ("github-signature", "signer"),
+            ("js", "transformer"),
+            ("redact", "transformer"),
+            ("sns-envelope", "transformer"),
+            ("stripe-signature", "signer"),
+        ],
+        "{plugins}"
+    );
     gateway.shutdown().await;
 }

@@ -9,7 +9,8 @@ use crate::support::{Reply, Sink, TestGateway};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-fn hookgate(args: &[&str]) -> (bool, String, String) {
+/// Runs the real binary: whether it succeeded, its stdout, its stderr.
+pub(crate) fn hookgate(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
         .args(args)
         .output()
@@ -58,6 +59,8 @@ async fn ops_commands_show_endpoints_and_deliveries_and_recover_them() {
 
     let (ok, out, err) = run(with(&["healthcheck"])).await;
     assert!(ok && out.trim() == "ok", "{out}{err}");
+    let (ok, out, err) = run(with(&["healthcheck", "--ready"])).await;
+    assert!(ok && out.trim() == "ok", "ready: {out}{err}");
 
     let (ok, out, err) = run(with(&["cluster"])).await;
     assert!(ok, "{err}");
@@ -139,7 +142,7 @@ async fn sighup_reloads_the_config_of_the_real_binary() {
         std::fs::write(
             &config,
             format!(
-                "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {}/hookgate.db\nplugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\ntopics:\n  t: {{}}\nendpoints:\n{endpoints}",
+                "server:\n  listen: 127.0.0.1:{port}\nstorage:\n  path: {}/hookgate.db\nplugins:\n  dir: {}/plugins\n  bundled: false\ndelivery:\n  allow_networks: [127.0.0.0/8]\ntopics:\n  t: {{}}\nendpoints:\n{endpoints}",
                 dir.path().display(),
                 dir.path().display()
             ),
@@ -400,6 +403,45 @@ async fn endpoint_test_prints_a_status_for_http_and_the_target_and_answer_for_a_
     assert!(out.contains("answer                XADD: entry"), "{out}");
     assert_eq!(stream.received().await.len(), 1);
     stream.cleanup().await;
+}
+
+/// `hookgate endpoint test` tells a script what happened by its exit status: 0 delivered, 3 the
+/// gateway made the call but the endpoint did not take it, 1 no answer (an unknown endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_test_exits_non_zero_when_the_event_is_not_delivered() {
+    let (up, down) = (Sink::start().await, Sink::start().await);
+    down.always(Reply::status(503));
+    let gw = TestGateway::start(&format!(
+        "topics:\n  t: {{}}\nendpoints:\n  up:\n    url: {}\n    topics: [t]\n  down:\n    url: {}\n    topics: [t]\n",
+        up.url("/"),
+        down.url("/")
+    ))
+    .await;
+    let test = |name: &str| {
+        let args = ["endpoint", "test", name, "--url", gw.base.as_str()].map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+                .args(&args)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        })
+    };
+    let (code, out) = test("up").await.unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("up: delivered"), "{out}");
+    let (code, out) = test("down").await.unwrap();
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains("down: not delivered") && out.contains("503"),
+        "{out}"
+    );
+    let (code, out) = test("nowhere").await.unwrap();
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!((up.count(), down.count()), (1, 1));
 }
 
 /// Log lines written to a file (or a pipe) are plain text: no colour codes, which a terminal

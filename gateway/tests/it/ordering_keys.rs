@@ -130,6 +130,34 @@ async fn a_blocked_key_shows_its_head_and_skip_sends_the_rest_in_order() {
     );
 }
 
+/// `release` is for held keys: on a key that is blocked but not held it does nothing and says
+/// so, naming the key's head (it answered `head: null`, as if the key had none).
+#[tokio::test]
+async fn release_of_a_key_that_is_not_held_names_its_head() {
+    let sink = Sink::start().await;
+    sink.script([Reply::status(503)]);
+    let gw = TestGateway::start(&yaml(&sink, "[0s, 1h]", "")).await;
+    let a1 = post(&gw, "a", 1).await;
+    sink.wait_for(1, WAIT).await;
+    post(&gw, "a", 2).await;
+    gw.settle().await;
+    let head = delivery_of(&gw, &a1).await["id"].as_str().unwrap().to_owned();
+    let (status, answer) = act(&gw, "a", "release", None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"key": "a", "action": "release", "applied": false, "head": head, "reason": "not_held"})
+    );
+    // A key with nothing pending has no head to name.
+    let (_, none) = act(&gw, "nothing", "release", None).await;
+    assert_eq!(
+        (&none["head"], &none["reason"]),
+        (&Value::Null, &json!("no_head")),
+        "{none}"
+    );
+    assert_eq!(keys(&gw, "blocked").await[0]["state"], "blocked");
+}
+
 #[tokio::test]
 async fn retry_attempts_the_head_at_once() {
     let sink = Sink::start().await;

@@ -95,6 +95,66 @@ async fn stats_count_finished_deliveries_per_bucket_and_the_backlog_per_tenant()
     assert_eq!(status, 400);
 }
 
+/// An outage stays on the overview after its deliveries were recovered: the buckets count the
+/// attempts that failed, not only the deliveries whose status is still `failed` or `dead` (the
+/// issue's overview read "0 failed in the last hour" after three dead letters were redriven).
+#[tokio::test]
+async fn failed_attempts_stay_counted_after_their_deliveries_are_redriven() {
+    let sink = Sink::start().await;
+    sink.always(Reply::status(500));
+    let gw = TestGateway::start(&format!(
+        "server:\n  api_keys: [admin, {{key: acme-key, tenant: acme}}, {{key: other-key, tenant: other}}]\n\
+         policies:\n  once:\n    schedule: [0s]\ntopics:\n  t: {{}}\nendpoints:\n  flaky:\n    url: {}\n\
+         \x20   topics: [t]\n    tenant: acme\n    policy: once\n    dead_letter: true\n",
+        sink.url("/")
+    ))
+    .await;
+    for n in 0..3 {
+        let (status, _) = gw
+            .post(
+                "/v1/topics/t/events",
+                json!({"type": "x", "payload": {"n": n}, "tenant": "acme"}),
+            )
+            .await;
+        assert_eq!(status, 202);
+    }
+    gw.wait_until("/v1/deliveries?status=dead", WAIT, |v| {
+        v["deliveries"].as_array().unwrap().len() == 3
+    })
+    .await;
+    sink.always(Reply::status(200));
+    let (status, body) = gw.post("/v1/endpoints/flaky/redrive", json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    gw.wait_until("/v1/deliveries?status=succeeded", WAIT, |v| {
+        v["deliveries"].as_array().unwrap().len() == 3
+    })
+    .await;
+
+    let sums = |stats: &serde_json::Value| {
+        let sum = |key: &str| -> u64 {
+            stats["buckets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b[key].as_u64().unwrap())
+                .sum()
+        };
+        (sum("succeeded"), sum("failed"), sum("failed_attempts"))
+    };
+    let (_, hour) = gw.get("/v1/stats").await;
+    assert_eq!(sums(&hour), (3, 0, 3), "{hour}");
+    assert_eq!(hour["dead"], 0);
+    let (_, day) = gw.get("/v1/stats?period=day").await;
+    assert_eq!(sums(&day), (3, 0, 3), "{day}");
+    // A tenant counts its own endpoints' failed attempts only.
+    let (_, acme) = gw.call_as(Some("acme-key"), Method::GET, "/v1/stats", None).await;
+    assert_eq!(sums(&acme), (3, 0, 3), "{acme}");
+    let (_, other) = gw
+        .call_as(Some("other-key"), Method::GET, "/v1/stats", None)
+        .await;
+    assert_eq!(sums(&other), (0, 0, 0), "{other}");
+}
+
 #[tokio::test]
 async fn the_delivery_log_filters_by_event_type_and_time() {
     let sink = Sink::start().await;

@@ -96,7 +96,7 @@ async fn a_missing_or_wrong_kind_plugin_is_reported_until_it_is_put_right() {
 
     // Every config reload warns again about what is still wrong.
     let before = captured_logs().matches(wrong_kind).count();
-    gw.reloader().reload_from_file();
+    gw.reloader().reload_from_file().await;
     assert!(captured_logs().matches(wrong_kind).count() > before);
 
     // And the delivery fails with plugin_error, without counting against the endpoint.
@@ -110,6 +110,55 @@ async fn a_missing_or_wrong_kind_plugin_is_reported_until_it_is_put_right() {
     let (_, endpoint) = gw.get("/v1/endpoints/billing-problems").await;
     assert_eq!(endpoint["consecutive_failures"], 0);
     assert!(sink.received().is_empty());
+}
+
+/// The API takes a binding to a plugin that is not loaded, or is of another kind, as the file
+/// does: the endpoint is created, and the problem is in its answer, `GET /v1/status` and the
+/// log until the plugin is put right (the API used to refuse it with a 400 the file did not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_accepts_a_missing_plugin_and_reports_it_as_the_file_does() {
+    let sink = Sink::start().await;
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let gw = TestGateway::start_in(
+        dir.clone(),
+        "topics:\n  t: {}\n",
+        hookgate::clock::ManualClock::new(START),
+    )
+    .await;
+    let (status, saved) = gw
+        .post(
+            "/v1/endpoints",
+            json!({"name": "shop", "url": sink.url("/"), "topics": ["t"],
+                   "transform": {"plugin": "shop-tag"}, "signer": {"plugin": "cloudevents"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{saved}");
+    let missing = "endpoint shop binds transform plugin \"shop-tag\" which is not loaded";
+    let missing_signer = "endpoint shop binds signer plugin \"cloudevents\" which is not loaded";
+    assert_eq!(problems(&saved), [missing, missing_signer]);
+    let (_, status) = gw.get("/v1/status").await;
+    assert_eq!(problems(&status), [missing, missing_signer]);
+    assert!(captured_logs().contains(missing), "the change warns");
+
+    // `cloudevents` dropped in is a transformer: the signer bound to it is the wrong kind, and
+    // the transform's problem resolves once a transformer named `shop-tag` appears.
+    let plugins = dir.path().join("plugins");
+    let install = plugins.clone();
+    tokio::task::spawn_blocking(move || install_plugins(&install, &["cloudevents"]))
+        .await
+        .unwrap();
+    let wrong_kind = "endpoint shop binds signer plugin \"cloudevents\" which is a transformer, not a signer";
+    gw.wait_until("/v1/status", WAIT, |s| s["problems"][1] == wrong_kind)
+        .await;
+    std::fs::copy(plugins.join("cloudevents.wasm"), plugins.join("shop-tag.wasm")).unwrap();
+    let status = gw
+        .wait_until("/v1/status", WAIT, |s| {
+            s["problems"].as_array().unwrap().len() == 1
+        })
+        .await;
+    assert_eq!(problems(&status), [wrong_kind]);
+    let (_, endpoint) = gw.get("/v1/endpoints/shop").await;
+    assert_eq!(problems(&endpoint), [wrong_kind]);
 }
 
 /// A backoff plugin bound to an endpoint decides the waits of real retries in the real binary:

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::plugin_build::{built_plugin, cargo_build_project, componentize_py};
+use crate::plugin_build::{cargo_build_project, componentize_py};
 
 /// Runs `hookgate plugin ARGS…`; panics unless it succeeds, and returns its standard output.
 fn hookgate_plugin(args: &[&str]) -> String {
@@ -60,15 +60,76 @@ async fn a_new_rust_plugin_of_each_kind_builds_and_passes_check() {
     }
 }
 
+/// `plugin new` says what it made and what to run next, and the command it prints works as
+/// printed, in the project's folder.
+#[test]
+fn plugin_new_prints_the_project_and_the_next_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    let out = hookgate_plugin(&[
+        "new",
+        "shop-js",
+        "--kind",
+        "transform",
+        "--lang",
+        "js",
+        "--dir",
+        dir_arg,
+    ]);
+    let project = dir.path().join("shop-js");
+    assert!(
+        out.starts_with(&format!(
+            "created {}: a transformer plugin `shop-js` in JavaScript\n",
+            project.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("  {}\n", project.join("shop-js.js").display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("then bind it to an endpoint: `transform: { plugin: shop-js }`"),
+        "{out}"
+    );
+    let next: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("next, in "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        next,
+        [
+            "hookgate plugin check shop-js.js",
+            "cp shop-js.js /path/to/plugins/shop-js.js"
+        ],
+        "{out}"
+    );
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    assert!(next.iter().all(|step| readme.contains(step)), "{readme}");
+    let args: Vec<&str> = next[0].split(' ').skip(1).collect();
+    let check = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(&args)
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && report.contains("sample call:  ok"),
+        "{report}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_javascript_transformation_passes_check_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let project = new_project(dir.path(), "shop-tag", "transform", "js");
     assert!(project.join("README.md").exists());
-    // As in a plugin folder: the `js` component beside the file runs it (this test binary
-    // may have no bundled plugins).
-    let js = tokio::task::spawn_blocking(|| built_plugin("js")).await.unwrap();
-    std::fs::copy(js, project.join("js.wasm")).unwrap();
+    // The binary's bundled `js` plugin runs it: no `js.wasm` beside the file, as for a
+    // newcomer who built the gateway the README's way.
+    assert!(!project.join("js.wasm").exists());
     check(
         &project.join("shop-tag.js"),
         "transformer",

@@ -27,7 +27,7 @@ async fn a_reload_adds_changes_and_removes_endpoints() {
 
     // Add b, change a's header: applies to the next attempt and the next event.
     gw.write_config(&two_endpoints(&a, Some(&b), "2"));
-    gw.reloader().reload_from_file();
+    gw.reloader().reload_from_file().await;
     let accepted = gw.ingest("t", "x", json!({"n": 2})).await;
     assert_eq!(accepted["deliveries"], 2);
     assert_eq!(a.wait_for(2, WAIT).await[1].header("x-version"), "2");
@@ -54,7 +54,7 @@ async fn a_reload_adds_changes_and_removes_endpoints() {
         b.url("/b")
     );
     gw.write_config(&only_b);
-    gw.reloader().reload_from_file();
+    gw.reloader().reload_from_file().await;
     let event = gw
         .wait_until(&event_path, WAIT, |e| {
             e["deliveries"]
@@ -101,7 +101,7 @@ async fn a_changed_policy_applies_to_the_next_planning_step() {
         t0.plus(Duration::from_secs(3600)).to_rfc3339()
     );
     gw.write_config(&yaml("10s"));
-    gw.reloader().reload_from_file();
+    gw.reloader().reload_from_file().await;
     gw.advance(Duration::from_secs(3600)).await;
     let d = gw
         .wait_until("/v1/deliveries", WAIT, |l| {
@@ -134,7 +134,7 @@ async fn an_invalid_file_is_refused_and_the_old_config_keeps_serving() {
             format!("{}{text}", crate::support::base_yaml(gw.dir.path())),
         )
         .unwrap();
-        let outcome = gw.reloader().reload_from_file();
+        let outcome = gw.reloader().reload_from_file().await;
         let hookgate::ReloadOutcome::Refused { problems } = outcome else {
             panic!("{what}: {outcome:?}");
         };
@@ -171,7 +171,7 @@ async fn an_invalid_file_is_refused_and_the_old_config_keeps_serving() {
     )
     .unwrap();
     assert!(matches!(
-        gw.reloader().reload_from_file(),
+        gw.reloader().reload_from_file().await,
         hookgate::ReloadOutcome::Applied { .. }
     ));
     let (_, status) = gw.get("/v1/status").await;
@@ -232,7 +232,7 @@ async fn settings_read_only_at_start_keep_their_value_and_say_they_need_a_restar
         )
         .replace("delivery:\n", "delivery:\n  max_in_flight: 77\n");
     std::fs::write(gw.config_path(), text).unwrap();
-    let outcome = gw.reloader().reload_from_file();
+    let outcome = gw.reloader().reload_from_file().await;
     assert_eq!(
         outcome,
         hookgate::ReloadOutcome::Applied {

@@ -409,3 +409,48 @@ async fn more_than_10000_events_in_one_millisecond_are_replayed_together() {
     assert_eq!(sink.count(), 5 + 10_006);
     assert_eq!(ids(&got[5..]), all);
 }
+
+/// A replay does not send an endpoint the events accepted before it existed: its window starts
+/// no earlier than the endpoint's creation (one made through the API; the replay sent
+/// an event from before it).
+#[tokio::test]
+async fn a_replay_starts_no_earlier_than_the_endpoint_was_created() {
+    let sink = Sink::start().await;
+    let gw = TestGateway::start("topics:\n  t: {}\n").await;
+    gw.ingest("t", "order.created", json!({"n": "before"})).await;
+    gw.advance(Duration::from_secs(60)).await;
+    let created_at = gw.now();
+    let (status, body) = gw
+        .post(
+            "/v1/endpoints",
+            json!({"name": "late", "url": sink.url("/late"), "topics": ["t"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    gw.advance(Duration::from_secs(60)).await;
+    gw.ingest("t", "order.created", json!({"n": "after"})).await;
+    sink.wait_for(1, WAIT).await;
+    gw.settle().await;
+
+    let since = START.to_rfc3339();
+    let (status, preview) = gw
+        .get(&format!("/v1/endpoints/late/replay/preview?since={since}"))
+        .await;
+    assert_eq!((status, &preview["events"]), (200, &json!(1)), "{preview}");
+    let (status, replayed) = gw
+        .send(
+            gw.post_builder("/v1/endpoints/late/replay")
+                .header("idempotency-key", "late-1")
+                .json(&json!({"since": since})),
+        )
+        .await;
+    assert_eq!(status, 202, "{replayed}");
+    assert_eq!(replayed["queued"], 1, "{replayed}");
+    assert_eq!(time(&replayed["since"]), created_at, "{replayed}");
+    let received = sink.wait_for(2, WAIT).await;
+    assert!(
+        received.iter().all(|r| r.json()["n"] == "after"),
+        "only the event accepted after the endpoint existed: {:?}",
+        received.iter().map(|r| r.json()).collect::<Vec<_>>()
+    );
+}

@@ -91,7 +91,7 @@ async fn loopback_endpoints_are_blocked_without_an_allow_list_and_never_reached(
     // Control: allowing 127.0.0.0/8 lets every spelling through at the next attempt.
     let mut config = (*gw.gateway.as_ref().unwrap().config()).clone();
     config.delivery.allow_networks = vec!["127.0.0.0/8".parse().unwrap()];
-    gw.reloader().apply(config);
+    gw.reloader().apply(config).await;
     gw.advance(Duration::from_secs(11)).await;
     let received = sink.wait_for(3, WAIT).await;
     let mut paths: Vec<&str> = received.iter().map(|r| r.path.as_str()).collect();
@@ -128,7 +128,7 @@ async fn the_file_and_the_api_refuse_a_blocked_ip_literal_alike() {
             gw.config_path().display()
         )
     );
-    match gw.reloader().reload_from_file() {
+    match gw.reloader().reload_from_file().await {
         hookgate::ReloadOutcome::Refused { problems } => {
             assert_eq!(problems, std::slice::from_ref(&refused));
         }
@@ -154,7 +154,7 @@ async fn the_file_and_the_api_refuse_a_blocked_ip_literal_alike() {
     std::fs::write(gw.config_path(), &allowed).unwrap();
     assert!(
         matches!(
-            gw.reloader().reload_from_file(),
+            gw.reloader().reload_from_file().await,
             hookgate::ReloadOutcome::Applied { .. }
         ),
         "{allowed}"

@@ -247,15 +247,19 @@ pub struct TestGateway {
 /// A fixed start time, so tests read naturally: 2026-01-01T00:00:00Z.
 pub const START: Timestamp = Timestamp::from_millis(1_767_225_600_000);
 
+/// The storage key of the suite's PostgreSQL schemas (PostgreSQL needs one in the config;
+/// SQLite makes its own key file).
+pub const PG_TEST_KEY: &str = "aXQgc3VpdGUgcG9zdGdyZXNxbCBzdG9yYWdlIGtleSE=";
+
 /// The YAML every test config starts with: loopback allowed, storage in the temp dir.
 /// On PostgreSQL (see [`postgres_url_for`]) `storage.url` names the test's own schema.
 pub fn base_yaml(dir: &std::path::Path) -> String {
     // A few connections each: the suite runs many gateways at once on one server.
     let url = postgres_url_for(dir).map_or(String::new(), |url| {
-        format!("  url: {url}\n  max_connections: 3\n")
+        format!("  url: {url}\n  max_connections: 3\n  encryption_key: {PG_TEST_KEY}\n")
     });
     format!(
-        "storage:\n  path: {}/hookgate.db\n{url}plugins:\n  dir: {}/plugins\ndelivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n",
+        "storage:\n  path: {}/hookgate.db\n{url}plugins:\n  dir: {}/plugins\n  bundled: false\ndelivery:\n  allow_networks: [127.0.0.0/8]\n  timeout: 2s\n",
         dir.display(),
         dir.display()
     )
@@ -671,12 +675,23 @@ pub async fn open_store(dir: &std::path::Path) -> Arc<dyn hookgate::store::Store
     use hookgate::store::{PgStore, SqliteOptions, SqliteStore};
     match postgres_url_for(dir) {
         Some(url) => Arc::new(
-            PgStore::open(&url, &hookgate::telemetry::Metrics::new(), "test-reader")
-                .await
-                .unwrap(),
+            PgStore::open(
+                &url,
+                &hookgate::telemetry::Metrics::new(),
+                "test-reader",
+                pg_test_sealer(),
+            )
+            .await
+            .unwrap(),
         ),
         None => Arc::new(SqliteStore::open(SqliteOptions::new(dir.join("hookgate.db"))).unwrap()),
     }
+}
+
+/// The keys of [`PG_TEST_KEY`].
+pub fn pg_test_sealer() -> hookgate::store::Sealer {
+    let key = hookgate::store::EncryptionKey::from_base64(PG_TEST_KEY).unwrap();
+    hookgate::store::Sealer::new(key, Vec::new())
 }
 
 /// An ingestion item for a store opened with [`open_store`]: the event `id` of `event_type`

@@ -39,6 +39,14 @@ async fn an_application_is_a_tenant_and_its_messages_are_events_of_the_svix_topi
     )
     .await;
     assert_eq!(status, 201, "{app}");
+    let (status, _) = call(
+        &gw,
+        Method::POST,
+        "/api/v1/event-type",
+        Some(json!({"name": "user.signup", "description": "A user signed up"})),
+    )
+    .await;
+    assert_eq!(status, 201);
     let (status, ep) = call(
         &gw,
         Method::POST,
@@ -155,7 +163,7 @@ async fn errors_have_svix_s_shapes() {
         "{none}"
     );
     let (status, wrong) = gw.call_as(Some("nope"), Method::GET, "/api/v1/app", None).await;
-    assert_eq!(status, 403, "{wrong}");
+    assert_eq!(status, 401, "{wrong}");
     assert!(wrong["detail"].is_string(), "{wrong}");
     let (status, missing) = call(&gw, Method::GET, "/api/v1/app/nope", None).await;
     assert_eq!((status, missing["code"].as_str()), (404, Some("not_found")));
@@ -206,4 +214,53 @@ async fn an_idempotency_key_answers_the_first_creation_again() {
     assert_eq!(first["id"], again["id"]);
     let (_, list) = call(&gw, Method::GET, "/api/v1/app", None).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list}");
+}
+
+/// Svix's SDKs are generated from an OpenAPI document whose every answer is typed; so is
+/// hookgate's `/openapi.json` for the Svix API: every `/api/v1` operation's 2xx answer with a
+/// body names its schema (a 204 has none), and every schema it names is in the document.
+#[tokio::test]
+async fn every_svix_operation_s_answer_has_a_schema_in_the_openapi_document() {
+    let gw = gateway("").await;
+    let (status, doc) = gw.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    let schemas = doc["components"]["schemas"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut operations = 0;
+    let mut untyped = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.starts_with("/api/v1/") {
+            continue;
+        }
+        for (method, operation) in item.as_object().unwrap() {
+            operations += 1;
+            let responses = operation["responses"].as_object().unwrap();
+            let success: Vec<_> = responses
+                .iter()
+                .filter(|(code, _)| code.starts_with('2'))
+                .collect();
+            assert!(!success.is_empty(), "{method} {path} documents no 2xx answer");
+            for (code, response) in success {
+                if code == "204" {
+                    continue;
+                }
+                let schema = &response["content"]["application/json"]["schema"];
+                if schema.is_null() {
+                    untyped.push(format!("{method} {path} {code}"));
+                }
+                let text = schema.to_string();
+                for name in text.split("#/components/schemas/").skip(1) {
+                    let name = name.split('"').next().unwrap();
+                    assert!(
+                        schemas.contains_key(name),
+                        "{method} {path}: `{name}` is not in the document"
+                    );
+                }
+            }
+        }
+    }
+    assert!(operations >= 38, "only {operations} Svix operations documented");
+    assert!(untyped.is_empty(), "answers without a schema: {untyped:#?}");
 }

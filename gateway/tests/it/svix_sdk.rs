@@ -1,6 +1,6 @@
 //! Svix's official SDKs against the real binary, with only the server URL changed: the Python
-//! suite (`tests/svix/sdk_suite.py`), the Node.js smoke (`tests/svix/smoke.mjs`) and the
-//! `hookgate import svix` round trip (`tests/svix/import_round_trip.py`), on the suite's store
+//! suite (`tests/svix/sdk_suite.py`), the Node.js smoke (`tests/svix/smoke.mjs`), the Rust
+//! smoke (`tests/svix/rust`, the `svix` crate) and the `hookgate import svix` round trip (`tests/svix/import_round_trip.py`), on the suite's store
 //! (SQLite, and PostgreSQL when `tests/postgres.rs` runs the suite). The portal link the
 //! Python suite gets is then opened in Chromium.
 //!
@@ -137,6 +137,21 @@ async fn the_official_node_sdk_sends_and_its_webhook_class_verifies() {
         .env("HOOKGATE_URL", &gw.base)
         .env("HOOKGATE_ADMIN_KEY", ADMIN);
     run_suite(command, "Node.js SDK smoke");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_rust_sdk_sends_and_its_webhook_type_verifies() {
+    let smoke = svix_dir().join("rust/svix-rust-smoke");
+    if !smoke.exists() {
+        return missing("svix rust smoke", "the Rust smoke built with the `svix` crate");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gw = RealGateway::start_on_suite_store(dir.path(), &server_yaml(), YAML, &[]).await;
+    let mut command = Command::new(&smoke);
+    command
+        .env("HOOKGATE_URL", &gw.base)
+        .env("HOOKGATE_ADMIN_KEY", ADMIN);
+    run_suite(command, "Rust SDK smoke");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

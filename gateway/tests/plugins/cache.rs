@@ -10,11 +10,12 @@ async fn a_restart_loads_compiled_artifacts_from_the_cache() {
     install_plugins(dir.path(), &plugins);
 
     let started = Instant::now();
-    let first = PluginHost::new(
+    let first = PluginHost::with_bundled(
         dir.path().to_owned(),
         cache.path().to_owned(),
         PluginLimits::default(),
         Metrics::new(),
+        Vec::new(),
     )
     .unwrap();
     let cold = started.elapsed();
@@ -23,11 +24,12 @@ async fn a_restart_loads_compiled_artifacts_from_the_cache() {
     drop(first);
 
     let started = Instant::now();
-    let second = PluginHost::new(
+    let second = PluginHost::with_bundled(
         dir.path().to_owned(),
         cache.path().to_owned(),
         PluginLimits::default(),
         Metrics::new(),
+        Vec::new(),
     )
     .unwrap();
     let warm = started.elapsed();
@@ -57,7 +59,7 @@ fn check_reports_world_imports_size_and_a_sample_run() {
         report
             .imports
             .iter()
-            .any(|i| i.starts_with("hookgate:plugin/crypto@0.1.0")),
+            .any(|i| i.starts_with("hookgate:plugin/crypto@0.2.0")),
         "{:?}",
         report.imports
     );

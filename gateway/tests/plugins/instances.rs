@@ -398,11 +398,12 @@ async fn every_call_is_counted_under_its_plugin_and_outcome_however_the_binding_
     let cache = tempfile::tempdir().unwrap();
     std::fs::copy(built_plugin("stateful"), dir.path().join("state_ful.wasm")).unwrap();
     let metrics = Metrics::new();
-    let host = PluginHost::new(
+    let host = PluginHost::with_bundled(
         dir.path().to_owned(),
         cache.path().to_owned(),
         PluginLimits::default(),
         metrics.clone(),
+        Vec::new(),
     )
     .unwrap();
     // A plugin that was never called has no series yet.

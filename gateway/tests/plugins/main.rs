@@ -40,11 +40,12 @@ fn host_with_limits(plugins: &[&str], limits: PluginLimits) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), plugins);
-    let host = PluginHost::new(
+    let host = PluginHost::with_bundled(
         dir.path().to_owned(),
         cache.path().to_owned(),
         limits,
         Metrics::new(),
+        Vec::new(),
     )
     .unwrap();
     Fixture {
@@ -136,6 +137,7 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
 
 mod bundled;
 mod cache;
+mod contract_versions;
 mod hostile;
 mod hot_reload;
 mod instances;

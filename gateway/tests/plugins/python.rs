@@ -16,11 +16,12 @@ async fn a_python_plugin_built_with_componentize_py_forwards_and_drops() {
         memory_bytes: 64 << 20,
         ..PluginLimits::default()
     };
-    let host = PluginHost::new(
+    let host = PluginHost::with_bundled(
         dir.path().to_owned(),
         cache.path().to_owned(),
         limits,
         Metrics::new(),
+        Vec::new(),
     )
     .unwrap();
     assert_eq!(host.world_of("type-filter"), Some(World::Transformer));

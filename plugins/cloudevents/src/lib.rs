@@ -28,7 +28,7 @@ impl Guest for CloudEvents {
         _endpoint: EndpointInfo,
         event: EventInfo,
         _delivery: DeliveryInfo,
-        message: Message,
+        message: &OutgoingMessage,
     ) -> Result<Outcome, PluginError> {
         for key in config::keys() {
             if !KNOWN_KEYS.contains(&key.as_str()) {
@@ -36,8 +36,11 @@ impl Guest for CloudEvents {
             }
         }
         let source = config::get("source").unwrap_or_else(|| format!("/hookgate/topics/{}", event.topic));
-        let content_type =
-            header(&message.headers, "content-type").unwrap_or_else(|| "application/json".to_owned());
+        let content_type = message
+            .header("content-type")
+            .and_then(|value| String::from_utf8(value).ok())
+            .unwrap_or_else(|| "application/json".to_owned());
+        let payload = message.body();
         let time = chrono::DateTime::from_timestamp_millis(event.received_at_ms as i64)
             .ok_or_else(|| PluginError {
                 code: "bad_time".into(),
@@ -45,7 +48,7 @@ impl Guest for CloudEvents {
             })?
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
 
-        let mut body = Vec::with_capacity(message.body.len() + 256);
+        let mut body = Vec::with_capacity(payload.len() + 256);
         body.extend_from_slice(br#"{"specversion":"1.0","id":"#);
         json_string(&mut body, &event.id)?;
         body.extend_from_slice(br#","type":"#);
@@ -60,30 +63,29 @@ impl Guest for CloudEvents {
         json_string(&mut body, &time)?;
         body.extend_from_slice(br#","datacontenttype":"#);
         json_string(&mut body, &content_type)?;
-        match serde_json::from_slice::<&RawValue>(&message.body) {
+        match serde_json::from_slice::<&RawValue>(&payload) {
             Ok(data) if is_json(&content_type) => {
                 body.extend_from_slice(br#","data":"#);
                 body.extend_from_slice(data.get().as_bytes());
             }
             _ => {
                 body.extend_from_slice(br#","data_base64":""#);
-                let encoded = base64::engine::general_purpose::STANDARD.encode(&message.body);
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&payload);
                 body.extend_from_slice(encoded.as_bytes());
                 body.push(b'"');
             }
         }
         body.push(b'}');
 
-        let mut headers: Vec<(String, Vec<u8>)> = message
-            .headers
-            .into_iter()
-            .filter(|(name, _)| !name.eq_ignore_ascii_case("content-type"))
-            .collect();
-        headers.push((
-            "Content-Type".into(),
-            b"application/cloudevents+json; charset=utf-8".to_vec(),
-        ));
-        Ok(Outcome::Forward(Message { headers, body }))
+        // Setting a header replaces every value it had; the others are kept as they were lent.
+        Ok(Outcome::Forward(Edits {
+            remove_headers: Vec::new(),
+            set_headers: vec![(
+                "Content-Type".into(),
+                b"application/cloudevents+json; charset=utf-8".to_vec(),
+            )],
+            body: Some(body),
+        }))
     }
 }
 
@@ -93,13 +95,6 @@ fn json_string(out: &mut Vec<u8>, text: &str) -> Result<(), PluginError> {
         code: "encode".into(),
         message: e.to_string(),
     })
-}
-
-fn header(headers: &[(String, Vec<u8>)], name: &str) -> Option<String> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .and_then(|(_, v)| String::from_utf8(v.clone()).ok())
 }
 
 fn is_json(content_type: &str) -> bool {

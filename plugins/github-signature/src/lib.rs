@@ -3,7 +3,8 @@
 //!
 //! The HMAC is computed by the host with the endpoint's key handle, so the secret never
 //! enters this plugin's memory. The key is the secret exactly as written, as GitHub uses it
-//! (a `whsec_` prefix included), so GitHub's own verifiers accept the signature.
+//! (a `whsec_` prefix included), so GitHub's own verifiers accept the signature. Only the
+//! body is read from the lent request; its headers are never copied in.
 
 wit_bindgen::generate!({ world: "signer", path: "../../wit" });
 
@@ -15,12 +16,16 @@ impl Guest for GithubSignature {
     fn sign(
         _endpoint: EndpointInfo,
         _delivery: DeliveryInfo,
-        message: Message,
+        message: &OutgoingMessage,
         key: &SigningKey,
-    ) -> Result<Headers, PluginError> {
-        let mac = hmac(key, KeyForm::AsWritten, HashAlgorithm::Sha256, &message.body);
+    ) -> Result<Edits, PluginError> {
+        let mac = hmac(key, KeyForm::AsWritten, HashAlgorithm::Sha256, &message.body());
         let value = format!("sha256={}", hex(&mac));
-        Ok(vec![("X-Hub-Signature-256".to_owned(), value.into_bytes())])
+        Ok(Edits {
+            remove_headers: Vec::new(),
+            set_headers: vec![("X-Hub-Signature-256".to_owned(), value.into_bytes())],
+            body: None,
+        })
     }
 }
 

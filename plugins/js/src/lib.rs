@@ -15,7 +15,11 @@
 //! `true` (or to a string, the reason) drops the delivery; otherwise the payload is sent back as
 //! JSON (a text payload of a non-JSON body as the text), with the returned headers, and a
 //! `method` other than `POST` as the `hookgate-method` header the gateway turns into the
-//! request's method.
+//! request's method. The headers the handler returns are the request's headers: the answer
+//! removes every header it was lent and sets the returned ones.
+//!
+//! The handler sees the whole request, so the headers (as one block) and the body are read
+//! from the host once per call.
 //!
 //! Config: `code` — the JavaScript. A `.js` file in the plugin folder is this plugin with the
 //! file as its `code`.
@@ -90,7 +94,7 @@ impl Guest for Js {
         endpoint: EndpointInfo,
         event: EventInfo,
         _delivery: DeliveryInfo,
-        message: Message,
+        message: &OutgoingMessage,
     ) -> Result<Outcome, PluginError> {
         let code = config::get("code").ok_or_else(|| {
             error(
@@ -150,19 +154,21 @@ fn run(
     compiled: &mut Compiled,
     endpoint: &EndpointInfo,
     event: &EventInfo,
-    message: Message,
+    message: &OutgoingMessage,
 ) -> Result<Outcome, PluginError> {
-    let headers: Vec<(&str, String)> = message
-        .headers
+    let block = message.header_block();
+    let lent = header_lines(&block);
+    let headers: Vec<(&str, String)> = lent
         .iter()
-        .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value).into_owned()))
+        .map(|(name, value)| (*name, String::from_utf8_lossy(value).into_owned()))
         .collect();
+    let body = message.body();
     let header_json = serde_json::to_string(&headers).map_err(|e| error("encode", e.to_string()))?;
     let args = [
         JsValue::from(compiled.handler.clone()),
         JsValue::from(JsString::from(event.event_type.as_str())),
         JsValue::from(JsString::from(endpoint.url.as_str())),
-        JsValue::from(JsString::from(String::from_utf8_lossy(&message.body).as_ref())),
+        JsValue::from(JsString::from(String::from_utf8_lossy(&body).as_ref())),
         JsValue::from(JsString::from(header_json.as_str())),
     ];
     let context = &mut compiled.context;
@@ -184,19 +190,34 @@ fn run(
     let method = text(&field(1)?.as_string().unwrap_or_default());
     let header_json = text(&field(2)?.as_string().unwrap_or_default());
     let body = text(&field(3)?.as_string().unwrap_or_default());
-    let mut headers: Vec<(String, Vec<u8>)> = serde_json::from_str::<Vec<(String, String)>>(&header_json)
+    let mut set_headers: Vec<(String, Vec<u8>)> = serde_json::from_str::<Vec<(String, String)>>(&header_json)
         .map_err(|e| error("js_glue", e.to_string()))?
         .into_iter()
         .filter(|(name, _)| !name.eq_ignore_ascii_case("hookgate-method"))
         .map(|(name, value)| (name, value.into_bytes()))
         .collect();
     if method != "POST" {
-        headers.push(("hookgate-method".into(), method.into_bytes()));
+        set_headers.push(("hookgate-method".into(), method.into_bytes()));
     }
-    Ok(Outcome::Forward(Message {
-        headers,
-        body: body.into_bytes(),
+    Ok(Outcome::Forward(Edits {
+        remove_headers: lent.iter().map(|(name, _)| (*name).to_owned()).collect(),
+        set_headers,
+        body: Some(body.into_bytes()),
     }))
+}
+
+/// The (name, value) pairs of a header block (`name: value\r\n` lines, names in lower case).
+fn header_lines(block: &[u8]) -> Vec<(&str, &[u8])> {
+    block
+        .split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|b| *b == b':')?;
+            let name = std::str::from_utf8(&line[..colon]).ok()?;
+            let value = &line[colon + 1..];
+            Some((name, value.strip_prefix(b" ").unwrap_or(value)))
+        })
+        .collect()
 }
 
 /// What a JavaScript exception says: `String(thrown)` for a thrown value (`Error: boom`),

@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 
 import wit_world
 from wit_world.imports import config, log, types
+from wit_world.imports import message as outgoing
 
 
 class WitWorld(wit_world.WitWorld):
@@ -22,7 +23,7 @@ class WitWorld(wit_world.WitWorld):
         endpoint: types.EndpointInfo,
         event: types.EventInfo,
         delivery: types.DeliveryInfo,
-        message: types.Message,
+        message: outgoing.OutgoingMessage,
     ) -> types.Outcome:
         patterns = [p.strip() for p in (config.get("drop_types") or "").split(",") if p.strip()]
         for pattern in patterns:
@@ -30,5 +31,6 @@ class WitWorld(wit_world.WitWorld):
                 log.log(log.Level.DEBUG, f"dropping {event.id} ({event.event_type}) for {endpoint.name}")
                 return types.Outcome_Drop(f"event type {event.event_type} matches {pattern}")
         label = config.get("label") or event.event_type
-        headers = list(message.headers) + [("X-Event-Type-Label", label.encode())]
-        return types.Outcome_Forward(types.Message(headers, message.body))
+        # An edit, not a new message: the body the gateway lent is sent as it is, never
+        # copied into the plugin.
+        return types.Outcome_Forward(types.Edits([], [("X-Event-Type-Label", label.encode())], None))

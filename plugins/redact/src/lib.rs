@@ -21,10 +21,10 @@ impl Guest for Redact {
         _endpoint: EndpointInfo,
         _event: EventInfo,
         _delivery: DeliveryInfo,
-        message: Message,
+        message: &OutgoingMessage,
     ) -> Result<Outcome, PluginError> {
         let paths = configured_paths()?;
-        let mut doc: Value = serde_json::from_slice(&message.body).map_err(|e| PluginError {
+        let mut doc: Value = serde_json::from_slice(&message.body()).map_err(|e| PluginError {
             code: "invalid_json".into(),
             message: format!("redact needs a JSON payload: {e}"),
         })?;
@@ -36,9 +36,10 @@ impl Guest for Redact {
             code: "encode".into(),
             message: e.to_string(),
         })?;
-        Ok(Outcome::Forward(Message {
-            headers: message.headers,
-            body,
+        Ok(Outcome::Forward(Edits {
+            remove_headers: Vec::new(),
+            set_headers: Vec::new(),
+            body: Some(body),
         }))
     }
 }

@@ -22,13 +22,13 @@ impl Guest for SnsEnvelope {
         endpoint: EndpointInfo,
         event: EventInfo,
         _delivery: DeliveryInfo,
-        message: Message,
+        message: &OutgoingMessage,
     ) -> Result<Outcome, PluginError> {
         let topic_arn = config::get("topic_arn")
             .unwrap_or_else(|| format!("arn:aws:sns:us-east-1:000000000000:{}", event.topic));
         let subscription_arn =
             config::get("subscription_arn").unwrap_or_else(|| format!("{topic_arn}:{}", endpoint.name));
-        let text = String::from_utf8(message.body).map_err(|_| PluginError {
+        let text = String::from_utf8(message.body()).map_err(|_| PluginError {
             code: "not_utf8".into(),
             message: "an SNS Message is a string; this payload is not UTF-8".into(),
         })?;
@@ -59,7 +59,7 @@ impl Guest for SnsEnvelope {
             code: "encode".into(),
             message: e.to_string(),
         })?;
-        let headers = vec![
+        let set_headers = vec![
             ("Content-Type".to_owned(), b"text/plain; charset=UTF-8".to_vec()),
             ("x-amz-sns-message-type".to_owned(), b"Notification".to_vec()),
             ("x-amz-sns-message-id".to_owned(), event.id.into_bytes()),
@@ -69,8 +69,23 @@ impl Guest for SnsEnvelope {
                 subscription_arn.into_bytes(),
             ),
         ];
-        Ok(Outcome::Forward(Message { headers, body }))
+        // The request carries the envelope's headers only, as SNS's does: every header it was
+        // lent goes.
+        Ok(Outcome::Forward(Edits {
+            remove_headers: header_names(&message.header_block()),
+            set_headers,
+            body: Some(body),
+        }))
     }
+}
+
+/// The names in a header block (`name: value\r\n` lines).
+fn header_names(block: &[u8]) -> Vec<String> {
+    block
+        .split(|b| *b == b'\n')
+        .filter_map(|line| line.iter().position(|b| *b == b':').map(|colon| &line[..colon]))
+        .map(|name| String::from_utf8_lossy(name).into_owned())
+        .collect()
 }
 
 export!(SnsEnvelope);

@@ -18,12 +18,12 @@ impl Guest for StripeSignature {
     fn sign(
         _endpoint: EndpointInfo,
         delivery: DeliveryInfo,
-        message: Message,
+        message: &OutgoingMessage,
         key: &SigningKey,
-    ) -> Result<Headers, PluginError> {
+    ) -> Result<Edits, PluginError> {
         let timestamp_s = delivery.now_ms / 1000;
         let mut signed_payload = format!("{timestamp_s}.").into_bytes();
-        signed_payload.extend_from_slice(&message.body);
+        signed_payload.extend_from_slice(&message.body());
 
         let mut value = format!("t={timestamp_s}");
         for mac in std::iter::once(hmac(
@@ -40,7 +40,11 @@ impl Guest for StripeSignature {
             value.push_str(",v1=");
             value.push_str(&hex(&mac));
         }
-        Ok(vec![("Stripe-Signature".to_owned(), value.into_bytes())])
+        Ok(Edits {
+            remove_headers: Vec::new(),
+            set_headers: vec![("Stripe-Signature".to_owned(), value.into_bytes())],
+            body: None,
+        })
     }
 }
 

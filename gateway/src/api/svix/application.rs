@@ -5,17 +5,19 @@
 use std::collections::BTreeMap;
 
 use axum::Extension;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::extract::{Admin, App, AppPath, Idempotent, Ids};
 use super::{
-    ListResponse, Paging, SvixError, SvixResult, admin_only, application_of, body, idempotent, json, new_id,
-    page, query, valid_svix_name,
+    Cursor, ListResponse, Paging, SvixError, SvixResult, body, json, new_id, page_by_id, query,
+    valid_svix_name,
 };
 use crate::api::AppState;
 use crate::api::auth::Caller;
@@ -50,7 +52,7 @@ impl ApplicationIn {
 }
 
 /// `ApplicationOut`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ApplicationOut {
     id: String,
@@ -59,7 +61,9 @@ pub(crate) struct ApplicationOut {
     rate_limit: Option<u32>,
     throttle_rate: Option<u32>,
     metadata: serde_json::Value,
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
 }
 
@@ -86,20 +90,33 @@ struct CreateQuery {
 
 /// List applications (a tenant's key: its own).
 #[utoipa::path(get, path = "/api/v1/app", tag = "svix",
-    responses((status = 200, description = "ListResponse_ApplicationOut_")))]
+    responses((status = 200, description = "The applications", body = ListResponse<ApplicationOut>)))]
 async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
 ) -> SvixResult<Response> {
+    // An app portal's token is scoped to one application, as Svix's are: listing them is an
+    // organization's call (a tenant's API key lists its own application).
+    if caller.console_token {
+        return Err(SvixError::new(
+            StatusCode::FORBIDDEN,
+            "insufficient access",
+            "an app portal token cannot list applications",
+        ));
+    }
     let paging: Paging = query(raw.as_deref())?;
     let limit = paging.limit()?;
-    paging.ascending()?;
+    // Svix lists applications oldest first unless asked otherwise.
+    let descending = !paging.ascending_unless(true)?;
+    let cursor = Cursor::of(paging.iterator.as_deref(), |id| {
+        id.starts_with("app_") && id.len() > "app_".len()
+    })?;
     let rows = match &caller.tenant {
         None => {
             state
                 .store
-                .applications(paging.iterator.clone(), limit + 1)
+                .applications(cursor.id(), limit + 1, descending != cursor.backwards())
                 .await?
         }
         Some(tenant) => state
@@ -107,41 +124,37 @@ async fn list(
             .application(tenant)
             .await?
             .into_iter()
-            .filter(|app| {
-                app.tenant == *tenant && paging.iterator.as_ref().is_none_or(|after| app.id > *after)
-            })
+            .filter(|app| app.tenant == *tenant && cursor == Cursor::Start)
             .collect(),
     };
-    let list: ListResponse<ApplicationOut> = page(rows, limit, |r| r.id.clone(), ApplicationOut::from);
+    let list: ListResponse<ApplicationOut> =
+        page_by_id(rows, limit, &cursor, |r| r.id.clone(), ApplicationOut::from);
     Ok(json(StatusCode::OK, &list))
 }
 
 /// Create an application (`?get_if_exists=true`: or answer the one with that uid).
 #[utoipa::path(post, path = "/api/v1/app", tag = "svix", request_body = super::SvixJson,
-    responses((status = 201, description = "ApplicationOut")))]
+    responses((status = 201, description = "Created", body = ApplicationOut),
+              (status = 200, description = "The existing one (`get_if_exists`)", body = ApplicationOut)))]
 async fn create(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    idem: Idempotent,
+    _: Admin,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
     bytes: Bytes,
-) -> Response {
-    let run = async {
-        admin_only(&caller)?;
-        let options: CreateQuery = query(raw.as_deref())?;
-        let input: ApplicationIn = body(&bytes)?;
-        let uid = input.uid.clone().flatten();
-        if options.get_if_exists
-            && let Some(uid) = &uid
-            && let Some(existing) = state.store.application(uid).await?
-            && existing.uid.as_deref() == Some(uid.as_str())
-        {
-            return Ok((StatusCode::OK, ApplicationOut::from(existing)));
-        }
-        let row = create_application(&state, input, None).await?;
-        Ok((StatusCode::CREATED, ApplicationOut::from(row)))
-    };
-    idempotent(&state, &caller, &headers, "/api/v1/app", &bytes, run).await
+) -> SvixResult<Response> {
+    let options: CreateQuery = query(raw.as_deref())?;
+    let input: ApplicationIn = body(&bytes)?;
+    let uid = input.uid.clone().flatten();
+    if options.get_if_exists
+        && let Some(uid) = &uid
+        && let Some(existing) = state.store.application(uid).await?
+        && existing.uid.as_deref() == Some(uid.as_str())
+    {
+        return Ok(idem.answer(StatusCode::OK, &ApplicationOut::from(existing)).await);
+    }
+    let row = create_application(&state, input, None).await?;
+    Ok(idem.answer(StatusCode::CREATED, &ApplicationOut::from(row)).await)
 }
 
 /// Makes an application from `input` (`uid` when the input has none: a message or upsert that
@@ -156,7 +169,18 @@ pub(crate) async fn create_application(
         .clone()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| SvixError::invalid(&["body", "name"], "field required"))?;
-    let uid = input.uid.clone().flatten().or(uid.map(str::to_owned));
+    let given = input.uid.clone().flatten();
+    // An application made for a path (an upsert, a message, a portal link) is the one the
+    // path names: a body naming another is refused, as Svix refuses it.
+    if let (Some(path), Some(given)) = (uid, &given)
+        && path != given.as_str()
+    {
+        return Err(SvixError::invalid(
+            &["body", "uid"],
+            format!("`{given}` differs from the application `{path}` of the path"),
+        ));
+    }
+    let uid = given.or(uid.map(str::to_owned));
     if let Some(uid) = &uid {
         valid_svix_name(&["body", "uid"], uid)?;
     }
@@ -187,29 +211,23 @@ pub(crate) async fn create_application(
     Ok(row)
 }
 
-#[utoipa::path(get, path = "/api/v1/app/{app_id}", tag = "svix",
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 200, description = "ApplicationOut")))]
-async fn get(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
-) -> SvixResult<Response> {
-    let app = application_of(&state, &caller, &app_id).await?;
+#[utoipa::path(get, path = "/api/v1/app/{app_id}", tag = "svix", params(AppPath),
+    responses((status = 200, description = "The application", body = ApplicationOut)))]
+async fn get(App(app): App) -> SvixResult<Response> {
     Ok(json(StatusCode::OK, &ApplicationOut::from(app)))
 }
 
 /// Replace an application's fields, or create it (with `app_id` as its uid).
 #[utoipa::path(put, path = "/api/v1/app/{app_id}", tag = "svix", request_body = super::SvixJson,
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 200, description = "ApplicationOut")))]
+    params(AppPath),
+    responses((status = 200, description = "Replaced", body = ApplicationOut),
+              (status = 201, description = "Created", body = ApplicationOut)))]
 async fn upsert(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
+    _: Admin,
+    Ids(AppPath { app_id }): Ids<AppPath>,
     bytes: Bytes,
 ) -> SvixResult<Response> {
-    admin_only(&caller)?;
     let mut input: ApplicationIn = body(&bytes)?;
     match state.store.application(&app_id).await? {
         None => {
@@ -230,16 +248,9 @@ async fn upsert(
 }
 
 #[utoipa::path(patch, path = "/api/v1/app/{app_id}", tag = "svix", request_body = super::SvixJson,
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 200, description = "ApplicationOut")))]
-async fn patch(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
-    bytes: Bytes,
-) -> SvixResult<Response> {
-    admin_only(&caller)?;
-    let app = application_of(&state, &caller, &app_id).await?;
+    params(AppPath),
+    responses((status = 200, description = "Changed", body = ApplicationOut)))]
+async fn patch(State(state): State<AppState>, _: Admin, App(app): App, bytes: Bytes) -> SvixResult<Response> {
     let input: ApplicationIn = body(&bytes)?;
     let row = change(&state, app, input).await?;
     Ok(json(StatusCode::OK, &ApplicationOut::from(row)))
@@ -280,30 +291,21 @@ async fn change(state: &AppState, app: ApplicationRow, input: ApplicationIn) -> 
             }
             other => other.into(),
         })?;
+    state.svix_apps.forget_all();
     Ok(row)
 }
 
 /// Delete an application and the endpoints made for it through the API; its events and
 /// deliveries stay until retention removes them.
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}", tag = "svix",
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 204, description = "Deleted")))]
-async fn delete(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
-) -> SvixResult<StatusCode> {
-    admin_only(&caller)?;
-    let app = application_of(&state, &caller, &app_id).await?;
-    let config = state.config.load_full();
-    for endpoint in config
-        .endpoints
-        .values()
-        .filter(|ep| ep.tenant.as_deref() == Some(app.tenant.as_str()))
-        .filter(|ep| ep.source == crate::config::EndpointSource::Api)
-    {
-        state.endpoint_admin.delete(&endpoint.name, None).await?;
+    params(AppPath), responses((status = 204, description = "Deleted")))]
+async fn delete(State(state): State<AppState>, _: Admin, App(app): App) -> SvixResult<StatusCode> {
+    for endpoint in state.endpoints.of_tenant(&app.tenant) {
+        if endpoint.source == crate::config::EndpointSource::Api {
+            state.endpoint_admin.delete(&endpoint.name, None).await?;
+        }
     }
     state.store.delete_application(&app.id).await?;
+    state.svix_apps.forget_all();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -6,19 +6,19 @@
 
 use std::time::Duration;
 
-use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::application::{ApplicationIn, create_application};
-use super::{SvixResult, admin_only, application_of, body, idempotent};
+use super::extract::{Admin, AppPath, Idempotent, Ids};
+use super::{SvixResult, application_of, body, valid_svix_name};
 use crate::api::AppState;
-use crate::api::auth::Caller;
 use crate::api::tokens::TokenKeys;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
@@ -36,9 +36,9 @@ struct PortalAccessIn {
     /// Seconds; at most 7 days (the default).
     expiry: Option<u64>,
     application: Option<ApplicationIn>,
-    /// Accepted; the console offers every capability of the tenant.
-    #[serde(rename = "featureFlags")]
-    _feature_flags: Option<Vec<String>>,
+    /// The flagged event types the token may see (as Svix's portal tokens: a type without a
+    /// flag is seen by all).
+    feature_flags: Option<Vec<String>>,
     #[serde(rename = "readOnly")]
     _read_only: Option<bool>,
     #[serde(rename = "capabilities")]
@@ -47,51 +47,49 @@ struct PortalAccessIn {
     _session_id: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// `AppPortalAccessOut` (and `DashboardAccessOut`).
+#[derive(Debug, Serialize, ToSchema)]
 struct PortalAccessOut {
     url: String,
     token: String,
 }
 
 #[utoipa::path(post, path = "/api/v1/auth/app-portal-access/{app_id}", tag = "svix", request_body = super::SvixJson,
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 200, description = "AppPortalAccessOut")))]
+    params(AppPath), responses((status = 200, description = "The portal's link", body = PortalAccessOut)))]
 async fn app_portal_access(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
+    idem: Idempotent,
+    admin: Admin,
+    Ids(path): Ids<AppPath>,
     headers: HeaderMap,
     bytes: Bytes,
-) -> Response {
-    let path = format!("/api/v1/auth/app-portal-access/{app_id}");
-    let run = portal(&state, &caller, &app_id, &headers, &bytes);
-    idempotent(&state, &caller, &headers, &path, &bytes, run).await
+) -> SvixResult<Response> {
+    let out = portal(&state, &admin, &path.app_id, &headers, &bytes).await?;
+    Ok(idem.answer(StatusCode::OK, &out).await)
 }
 
 /// The older name of the same call.
 #[utoipa::path(post, path = "/api/v1/auth/dashboard-access/{app_id}", tag = "svix", request_body = super::SvixJson,
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 200, description = "DashboardAccessOut")))]
+    params(AppPath), responses((status = 200, description = "The portal's link", body = PortalAccessOut)))]
 async fn dashboard_access(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
+    idem: Idempotent,
+    admin: Admin,
+    Ids(path): Ids<AppPath>,
     headers: HeaderMap,
     bytes: Bytes,
-) -> Response {
-    let path = format!("/api/v1/auth/dashboard-access/{app_id}");
-    let run = portal(&state, &caller, &app_id, &headers, &bytes);
-    idempotent(&state, &caller, &headers, &path, &bytes, run).await
+) -> SvixResult<Response> {
+    app_portal_access(State(state), idem, admin, Ids(path), headers, bytes).await
 }
 
+/// A console token of the application `app_id` (made first when the body says how).
 async fn portal(
     state: &AppState,
-    caller: &Caller,
+    Admin(caller): &Admin,
     app_id: &str,
     headers: &HeaderMap,
     bytes: &[u8],
-) -> SvixResult<(StatusCode, PortalAccessOut)> {
-    admin_only(caller)?;
+) -> SvixResult<PortalAccessOut> {
     let input: PortalAccessIn = body(bytes)?;
     let app = match application_of(state, caller, app_id).await {
         Err(e) => match input.application {
@@ -106,12 +104,14 @@ async fn portal(
         .clamp(Duration::from_secs(1), MAX_EXPIRY);
     let config = state.config.load();
     let expires_at = state.clock.now().plus(ttl);
-    let token = TokenKeys::of(&config.server, &state.console_fallback_key).issue(&app.tenant, expires_at);
-    Ok((
-        StatusCode::OK,
-        PortalAccessOut {
-            url: crate::api::tenants::console_link(&config, headers, &token),
-            token,
-        },
-    ))
+    let flags = input.feature_flags.unwrap_or_default();
+    for (i, flag) in flags.iter().enumerate() {
+        valid_svix_name(&["body", "featureFlags", &i.to_string()], flag)?;
+    }
+    let keys = TokenKeys::of(&config.server, &state.console_fallback_key);
+    let token = keys.issue_with_flags(&app.tenant, expires_at, &flags);
+    Ok(PortalAccessOut {
+        url: crate::api::tenants::console_link(&config, headers, &token),
+        token,
+    })
 }

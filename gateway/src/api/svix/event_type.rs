@@ -3,16 +3,20 @@
 //! payloads of its messages against the latest version.
 
 use axum::Extension;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{Paging, SvixError, SvixResult, admin_only, body, idempotent, json, query, stored_json};
+use super::extract::{Admin, Idempotent, Ids};
+use super::{
+    Cursor, ListResponse, Paging, SvixError, SvixResult, body, json, page_by_id, query, stored_json,
+};
 use crate::api::AppState;
 use crate::api::auth::Caller;
 use crate::event_types::{CatalogError, EventTypeChange};
@@ -59,8 +63,16 @@ impl EventTypeIn {
     }
 }
 
+/// The path's event type.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct EventTypePath {
+    /// The event type's name.
+    event_type_name: String,
+}
+
 /// `EventTypeOut`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct EventTypeOut {
     name: String,
@@ -71,8 +83,18 @@ struct EventTypeOut {
     feature_flags: Option<Vec<String>>,
     feature_flag: Option<String>,
     group_name: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
     created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
     updated_at: Timestamp,
+}
+
+/// The feature flags of a stored type (none when it has none).
+fn flags_of(row: &EventTypeRow) -> Vec<String> {
+    row.feature_flags
+        .as_deref()
+        .and_then(|f| serde_json::from_str(f).ok())
+        .unwrap_or_default()
 }
 
 impl EventTypeOut {
@@ -118,22 +140,40 @@ struct ListQuery {
 }
 
 #[utoipa::path(get, path = "/api/v1/event-type", tag = "svix",
-    responses((status = 200, description = "ListResponse_EventTypeOut_")))]
-async fn list(State(state): State<AppState>, RawQuery(raw): RawQuery) -> SvixResult<Response> {
+    responses((status = 200, description = "The event types", body = ListResponse<EventTypeOut>)))]
+async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+) -> SvixResult<Response> {
     let q: ListQuery = query(raw.as_deref())?;
     let limit = Paging {
         limit: q.limit,
         ..Paging::default()
     }
     .limit()?;
-    let rows = state
-        .store
-        .event_types(q.iterator.clone(), limit + 1, q.include_archived)
-        .await?;
+    // By name; a `-name` iterator (a `prevIterator`) reads back from that name, as Svix does.
+    let cursor = Cursor::of(q.iterator.as_deref(), crate::event_types::is_svix_name)?;
+    let mut rows = Vec::new();
+    let mut after = cursor.id();
+    // Read on past the types the caller's flags hide, so that a page is full when more follow.
+    loop {
+        let page = state
+            .store
+            .event_types(after.clone(), limit + 1, q.include_archived, cursor.backwards())
+            .await?;
+        let exhausted = page.len() <= limit as usize;
+        after = page.last().map(|r| r.name.clone()).or(after);
+        rows.extend(page.into_iter().filter(|r| caller.sees_flagged(&flags_of(r))));
+        if exhausted || rows.len() > limit as usize {
+            break;
+        }
+    }
     let with_content = q.with_content.unwrap_or(false);
-    let list = super::page(
+    let list = page_by_id(
         rows,
         limit,
+        &cursor,
         |r| r.name.clone(),
         |r| EventTypeOut::of(r, with_content),
     );
@@ -141,52 +181,64 @@ async fn list(State(state): State<AppState>, RawQuery(raw): RawQuery) -> SvixRes
 }
 
 #[utoipa::path(post, path = "/api/v1/event-type", tag = "svix", request_body = super::SvixJson,
-    responses((status = 201, description = "EventTypeOut")))]
+    responses((status = 201, description = "Created", body = EventTypeOut)))]
 async fn create(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
+    idem: Idempotent,
+    _: Admin,
     bytes: Bytes,
-) -> Response {
-    let run = async {
-        admin_only(&caller)?;
-        let mut input: EventTypeIn = body(&bytes)?;
-        let name = input
-            .name
-            .take()
-            .ok_or_else(|| SvixError::invalid(&["body", "name"], "field required"))?;
-        if input.description.is_none() {
-            return Err(SvixError::invalid(&["body", "description"], "field required"));
-        }
-        let row = state
-            .event_types
-            .create(&name, input.change())
-            .await
-            .map_err(not_found)?;
-        Ok((StatusCode::CREATED, EventTypeOut::of(row, true)))
-    };
-    idempotent(&state, &caller, &headers, "/api/v1/event-type", &bytes, run).await
+) -> SvixResult<Response> {
+    let mut input: EventTypeIn = body(&bytes)?;
+    let name = input
+        .name
+        .take()
+        .ok_or_else(|| SvixError::invalid(&["body", "name"], "field required"))?;
+    if input.description.is_none() {
+        return Err(SvixError::invalid(&["body", "description"], "field required"));
+    }
+    let row = state
+        .event_types
+        .create(&name, input.change())
+        .await
+        .map_err(not_found)?;
+    Ok(idem
+        .answer(StatusCode::CREATED, &EventTypeOut::of(row, true))
+        .await)
 }
 
 #[utoipa::path(get, path = "/api/v1/event-type/{event_type_name}", tag = "svix",
-    params(("event_type_name" = String, Path, description = "The event type")),
-    responses((status = 200, description = "EventTypeOut")))]
-async fn get(State(state): State<AppState>, Path(name): Path<String>) -> SvixResult<Response> {
-    let row = state.event_types.get(&name).await.map_err(not_found)?;
+    params(EventTypePath),
+    responses((status = 200, description = "The event type", body = EventTypeOut)))]
+async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Ids(path): Ids<EventTypePath>,
+) -> SvixResult<Response> {
+    let row = state
+        .event_types
+        .get(&path.event_type_name)
+        .await
+        .map_err(not_found)?;
+    // A type the caller's flags hide does not exist for it, as in Svix.
+    if !caller.sees_flagged(&flags_of(&row)) {
+        return Err(SvixError::not_found());
+    }
     Ok(json(StatusCode::OK, &EventTypeOut::of(row, true)))
 }
 
 /// Replace a type's fields, or create it.
 #[utoipa::path(put, path = "/api/v1/event-type/{event_type_name}", tag = "svix", request_body = super::SvixJson,
-    params(("event_type_name" = String, Path, description = "The event type")),
-    responses((status = 200, description = "EventTypeOut")))]
+    params(EventTypePath),
+    responses((status = 200, description = "Replaced", body = EventTypeOut),
+              (status = 201, description = "Created", body = EventTypeOut)))]
 async fn upsert(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
+    _: Admin,
+    Ids(EventTypePath {
+        event_type_name: name,
+    }): Ids<EventTypePath>,
     bytes: Bytes,
 ) -> SvixResult<Response> {
-    admin_only(&caller)?;
     let mut input: EventTypeIn = body(&bytes)?;
     let exists = state.store.event_type(&name).await?.is_some();
     input.archived.get_or_insert(false);
@@ -210,15 +262,16 @@ async fn upsert(
 }
 
 #[utoipa::path(patch, path = "/api/v1/event-type/{event_type_name}", tag = "svix", request_body = super::SvixJson,
-    params(("event_type_name" = String, Path, description = "The event type")),
-    responses((status = 200, description = "EventTypeOut")))]
+    params(EventTypePath),
+    responses((status = 200, description = "Changed", body = EventTypeOut)))]
 async fn patch(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
+    _: Admin,
+    Ids(EventTypePath {
+        event_type_name: name,
+    }): Ids<EventTypePath>,
     bytes: Bytes,
 ) -> SvixResult<Response> {
-    admin_only(&caller)?;
     let input: EventTypeIn = body(&bytes)?;
     let row = state
         .event_types
@@ -236,15 +289,16 @@ struct DeleteQuery {
 
 /// Archive a type (or remove it with `expunge=true`).
 #[utoipa::path(delete, path = "/api/v1/event-type/{event_type_name}", tag = "svix",
-    params(("event_type_name" = String, Path, description = "The event type")),
+    params(EventTypePath),
     responses((status = 204, description = "Archived")))]
 async fn delete(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
+    _: Admin,
+    Ids(EventTypePath {
+        event_type_name: name,
+    }): Ids<EventTypePath>,
     RawQuery(raw): RawQuery,
 ) -> SvixResult<StatusCode> {
-    admin_only(&caller)?;
     let q: DeleteQuery = query(raw.as_deref())?;
     state
         .event_types

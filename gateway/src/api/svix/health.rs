@@ -1,4 +1,5 @@
-//! `GET /api/v1/health`: Svix's liveness check (open, like `/healthz`).
+//! `GET /api/v1/health` and `GET /api/v1/health/ping`: Svix's liveness checks (open, like
+//! `/healthz`; probes written for Svix call the second).
 
 use axum::http::StatusCode;
 use utoipa_axum::router::OpenApiRouter;
@@ -7,11 +8,17 @@ use utoipa_axum::routes;
 use crate::api::AppState;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(health))
+    OpenApiRouter::new().routes(routes!(health)).routes(routes!(ping))
 }
 
 #[utoipa::path(get, path = "/api/v1/health", tag = "svix",
     responses((status = 204, description = "Up")))]
 async fn health() -> StatusCode {
+    StatusCode::NO_CONTENT
+}
+
+#[utoipa::path(get, path = "/api/v1/health/ping", tag = "svix",
+    responses((status = 204, description = "Up")))]
+async fn ping() -> StatusCode {
     StatusCode::NO_CONTENT
 }

@@ -4,30 +4,37 @@
 //! and answers 409, as Svix does, while another application may use the same `eventId`.
 
 use axum::Extension;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::application::{ApplicationIn, create_application};
-use super::{SvixError, SvixResult, application_of, body, json, query, time, valid_svix_name};
+use super::extract::{Admin, App, AppPath, Idempotent, Ids, MsgPath};
+use super::{
+    Cursor, ListResponse, Paging, Scan, SvixError, SvixResult, body, json, message_application_of,
+    page_by_id, query, time, valid_svix_name,
+};
 use crate::api::AppState;
 use crate::api::auth::Caller;
-use crate::api::idempotency::Begin;
 use crate::config::{EndpointConfig, defaults};
 use crate::ingest::{Committed, NewEvent};
+use crate::model::DeliveryStatus;
 use crate::model::{Event, EventLabels, Timestamp};
-use crate::store::{ApplicationRow, EventQuery, StoreError};
+use crate::store::{ApplicationRow, DeliveryFilter, EventQuery, StoreError};
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list, create))
         .routes(routes!(get))
+        .routes(routes!(expunge_content))
 }
 
 /// `MessageIn`.
@@ -36,7 +43,8 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 struct MessageIn {
     event_type: String,
     event_id: Option<String>,
-    payload: Value,
+    /// Kept as it came: it is sent as it came, and only its first byte is looked at.
+    payload: Box<RawValue>,
     #[serde(default)]
     channels: Option<Vec<String>>,
     #[serde(default)]
@@ -67,7 +75,7 @@ impl MessageIn {
                 (Bytes::copy_from_slice(raw.as_bytes()), content_type.to_owned())
             }
             None => (
-                Bytes::from(serde_json::to_vec(&self.payload).expect("JSON serializes")),
+                Bytes::copy_from_slice(self.payload.get().as_bytes()),
                 "application/json".to_owned(),
             ),
         }
@@ -75,26 +83,31 @@ impl MessageIn {
 }
 
 /// `MessageOut`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct MessageOut {
     id: String,
     event_id: Option<String>,
     event_type: String,
-    payload: Value,
+    /// The stored payload as it is, not parsed into a tree and written out again.
+    #[schema(value_type = Object)]
+    payload: Box<RawValue>,
     channels: Option<Vec<String>>,
     tags: Option<Vec<String>>,
+    #[schema(value_type = String, format = DateTime)]
     timestamp: Timestamp,
 }
 
 impl MessageOut {
-    /// The message of `event`; without `with_content` its payload is `{}`.
+    /// The message of `event`; without `with_content` its payload is `{}`, and an expunged
+    /// one's is `{"expired": true}`, as Svix shows a message whose content is gone.
     pub(crate) fn of(event: &Event, with_content: bool) -> MessageOut {
-        let payload = if with_content {
-            serde_json::from_slice(&event.payload)
-                .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&event.payload).into_owned()))
+        let payload = if with_content && event.labels.expunged {
+            raw_json(r#"{"expired":true}"#)
+        } else if with_content {
+            payload_json(&event.payload)
         } else {
-            Value::Object(Default::default())
+            raw_json("{}")
         };
         let list = |l: &Vec<String>| (!l.is_empty()).then(|| l.clone());
         MessageOut {
@@ -107,6 +120,22 @@ impl MessageOut {
             timestamp: event.received_at,
         }
     }
+}
+
+/// A JSON text known to be valid.
+fn raw_json(text: &str) -> Box<RawValue> {
+    RawValue::from_string(text.to_owned()).expect("a valid JSON text")
+}
+
+/// A stored payload as JSON: itself when it is JSON (checked, not parsed into a tree), else
+/// its text as a JSON string (a raw payload of another content type).
+fn payload_json(payload: &[u8]) -> Box<RawValue> {
+    std::str::from_utf8(payload)
+        .ok()
+        .and_then(|text| RawValue::from_string(text.to_owned()).ok())
+        .unwrap_or_else(|| {
+            serde_json::value::to_raw_value(&String::from_utf8_lossy(payload)).expect("a string serializes")
+        })
 }
 
 /// The id of the message `event_id` of `tenant`: the same for the same pair, and a ULID's
@@ -145,20 +174,20 @@ struct WithContent {
 
 /// Send a message to the application's endpoints.
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/msg", tag = "svix", request_body = super::SvixJson,
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 202, description = "MessageOut")))]
+    params(AppPath),
+    responses((status = 202, description = "Accepted", body = MessageOut)))]
 async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
+    Ids(AppPath { app_id }): Ids<AppPath>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
-    bytes: Bytes,
-) -> Response {
-    match create_message(&state, &caller, &app_id, raw.as_deref(), &headers, &bytes).await {
-        Ok(response) => response,
-        Err(e) => e.into_response(),
-    }
+    body: axum::body::Body,
+) -> SvixResult<Response> {
+    // Read to its end even when it is too large, so that the client sees the 413.
+    let limit = state.config.load().server.max_body_bytes;
+    let bytes = crate::api::events::read_body(body, &headers, limit).await?;
+    create_message(&state, &caller, &app_id, raw.as_deref(), &headers, &bytes).await
 }
 
 async fn create_message(
@@ -170,7 +199,7 @@ async fn create_message(
     bytes: &[u8],
 ) -> SvixResult<Response> {
     // Another tenant's application (or none) answers 404 before the body is looked at.
-    let found = application_of(state, caller, app_id).await;
+    let found = message_application_of(state, caller, app_id).await;
     if caller.tenant.is_some() {
         found.as_ref().map_err(|_| SvixError::not_found())?;
     }
@@ -183,6 +212,7 @@ async fn create_message(
         application,
         ..
     } = input;
+    // The path names the application; `application` only says how to make it when missing.
     let app = match (found, application) {
         (Ok(app), _) => app,
         (Err(_), Some(application)) => create_application(state, application, Some(app_id)).await?,
@@ -190,10 +220,9 @@ async fn create_message(
     };
     state.event_types.check(&event_type, &payload).await?;
     let path = format!("/api/v1/app/{app_id}/msg");
-    let claim = match super::begin_idempotent(state, caller, headers, &path, bytes).await? {
-        Begin::Replay(response) => return Ok(response),
-        Begin::NoKey => None,
-        Begin::Fresh(claim) => Some(claim),
+    let idem = match Idempotent::begin(state, caller, headers, &path).await {
+        Ok(idem) => idem,
+        Err(answer) => return Ok(answer),
     };
     let event = NewEvent {
         id: Some(match &labels.event_id {
@@ -211,11 +240,11 @@ async fn create_message(
     let prepared = state.ingestor.prepare(vec![event], None);
     let answer = MessageOut::of(&prepared.items[0].event, options.with_content.unwrap_or(true));
     let body = Bytes::from(serde_json::to_vec(&answer).expect("answers serialize"));
-    let record = claim
-        .as_ref()
+    let record = idem
+        .claim()
         .map(|c| c.record(StatusCode::ACCEPTED, body.clone(), prepared.now));
     match state.ingestor.commit(prepared, record).await {
-        Ok(Committed::Fresh) => Ok(super::json(StatusCode::ACCEPTED, &answer)),
+        Ok(Committed::Fresh) => Ok(super::json_bytes(StatusCode::ACCEPTED, body)),
         Ok(Committed::Earlier(first)) => Ok(crate::api::idempotency::replay(&first)),
         Err(StoreError::DuplicateEvent { .. }) => {
             Err(SvixError::conflict("A message with this eventId already exists"))
@@ -230,7 +259,7 @@ fn labels(input: &MessageIn) -> SvixResult<EventLabels> {
     if let Some(event_id) = &input.event_id {
         valid_svix_name(&["body", "eventId"], event_id)?;
     }
-    if !input.payload.is_object() {
+    if !input.payload.get().starts_with('{') {
         return Err(SvixError::invalid(&["body", "payload"], "must be a JSON object"));
     }
     if input.deliver_at.is_some() {
@@ -253,6 +282,7 @@ fn labels(input: &MessageIn) -> SvixResult<EventLabels> {
         channels,
         tags,
         event_id: input.event_id.clone(),
+        expunged: false,
     })
 }
 
@@ -301,108 +331,125 @@ const SCAN_PAGE: u32 = 250;
 /// request scan a tenant's whole history.
 const SCAN_PAGES: usize = 40;
 
-/// The application's messages, newest first (`iterator`: continue after that one).
-#[utoipa::path(get, path = "/api/v1/app/{app_id}/msg", tag = "svix",
-    params(("app_id" = String, Path, description = "The application's id or uid")),
-    responses((status = 200, description = "ListResponse_MessageOut_")))]
-async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(app_id): Path<String>,
-    RawQuery(raw): RawQuery,
-) -> SvixResult<Response> {
-    let app = application_of(&state, &caller, &app_id).await?;
-    let q: ListQuery = query(raw.as_deref())?;
-    let paging = super::Paging {
-        limit: q.limit,
-        ..super::Paging::default()
-    };
-    let limit = paging.limit()?;
-    let mut before = q
-        .iterator
-        .as_deref()
-        .map(|i| {
-            i.parse::<i64>()
-                .map_err(|_| SvixError::invalid(&["query", "iterator"], "not an iterator of this list"))
+impl ListQuery {
+    /// The store's query of the application's messages that pass the filters the store applies
+    /// (time and event types), `rows` at a time.
+    fn events(&self, tenant: &str, rows: u32) -> SvixResult<EventQuery> {
+        let read_time = |name: &str, text: &Option<String>| {
+            text.as_deref().map(|t| time(&["query", name], t)).transpose()
+        };
+        let types = self.event_types.as_deref().unwrap_or_default().split(',');
+        Ok(EventQuery {
+            tenant: tenant.to_owned(),
+            since: read_time("after", &self.after)?,
+            until: read_time("before", &self.before)?,
+            event_types: types.filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            limit: rows,
+            ..EventQuery::default()
         })
-        .transpose()?;
+    }
+
+    /// Whether a message passes the filters applied in memory (channel and tag).
+    fn keeps(&self, event: &Event) -> bool {
+        self.channel
+            .as_ref()
+            .is_none_or(|c| event.labels.channels.contains(c))
+            && self.tag.as_ref().is_none_or(|t| event.labels.tags.contains(t))
+    }
+}
+
+/// The application's messages, newest first (`iterator`: continue after that one;
+/// `prevIterator`: the page before, as Svix pages back).
+#[utoipa::path(get, path = "/api/v1/app/{app_id}/msg", tag = "svix",
+    params(AppPath),
+    responses((status = 200, description = "The messages", body = ListResponse<MessageOut>)))]
+async fn list(State(state): State<AppState>, App(app): App, RawQuery(raw): RawQuery) -> SvixResult<Response> {
+    let q: ListQuery = query(raw.as_deref())?;
+    let limit = Paging {
+        limit: q.limit,
+        ..Paging::default()
+    }
+    .limit()?;
+    let cursor = Cursor::of(q.iterator.as_deref(), |i| i.parse::<i64>().is_ok())?;
     let filtered = q.channel.is_some() || q.tag.is_some();
-    let base = EventQuery {
-        tenant: app.tenant.clone(),
-        before: None,
-        since: q
-            .after
-            .as_deref()
-            .map(|t| time(&["query", "after"], t))
-            .transpose()?,
-        until: q
-            .before
-            .as_deref()
-            .map(|t| time(&["query", "before"], t))
-            .transpose()?,
-        event_types: q
-            .event_types
-            .as_deref()
-            .map(|t| {
-                t.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default(),
-        limit: if filtered { SCAN_PAGE } else { limit + 1 },
-    };
+    let base = q.events(&app.tenant, if filtered { SCAN_PAGE } else { limit + 1 })?;
+    let mut scan = Scan::of(&cursor, |i| i.parse().ok());
     let mut rows: Vec<(i64, Event)> = Vec::new();
     let mut exhausted = false;
     for _ in 0..SCAN_PAGES {
-        let page = state
-            .store
-            .tenant_events(EventQuery {
-                before,
-                ..base.clone()
-            })
-            .await?;
+        let query = EventQuery {
+            before: scan.before,
+            after: scan.after,
+            ..base.clone()
+        };
+        let page = state.store.tenant_events(query).await?;
         exhausted = page.len() < base.limit as usize;
-        before = page.last().map(|(seq, _)| *seq).or(before);
-        rows.extend(page.into_iter().filter(|(_, e)| {
-            q.channel.as_ref().is_none_or(|c| e.labels.channels.contains(c))
-                && q.tag.as_ref().is_none_or(|t| e.labels.tags.contains(t))
-        }));
+        scan.past(page.last().map(|(seq, _)| *seq));
+        rows.extend(page.into_iter().filter(|(_, e)| q.keeps(e)));
         if exhausted || rows.len() > limit as usize {
             break;
         }
     }
     let with_content = q.with_content.unwrap_or(true);
-    let mut list = super::page(
-        rows,
-        limit,
-        |(seq, _)| seq.to_string(),
-        |(_, e)| MessageOut::of(&e, with_content),
-    );
+    let view = |(_, e): (i64, Event)| MessageOut::of(&e, with_content);
+    let mut list = page_by_id(rows, limit, &cursor, |(seq, _)| seq.to_string(), view);
     // The scan stopped before the end without filling the page: the rest is for the next one.
     if list.done && !exhausted {
-        list.done = false;
-        list.iterator = before.map(|seq| seq.to_string());
+        scan.resume(&mut list, |seq| seq.to_string());
     }
     Ok(json(StatusCode::OK, &list))
 }
 
 /// A message by its id or `eventId`.
 #[utoipa::path(get, path = "/api/v1/app/{app_id}/msg/{msg_id}", tag = "svix",
-    params(("app_id" = String, Path, description = "The application's id or uid"),
-           ("msg_id" = String, Path, description = "The message's id or eventId")),
-    responses((status = 200, description = "MessageOut")))]
+    params(AppPath, MsgPath),
+    responses((status = 200, description = "The message", body = MessageOut)))]
 async fn get(
     State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path((app_id, msg_id)): Path<(String, String)>,
+    App(app): App,
+    Ids(MsgPath { msg_id }): Ids<MsgPath>,
     RawQuery(raw): RawQuery,
 ) -> SvixResult<Response> {
-    let app = application_of(&state, &caller, &app_id).await?;
     let options: WithContent = query(raw.as_deref())?;
     let event = message_of(&state, &app, &msg_id).await?;
     Ok(json(
         StatusCode::OK,
         &MessageOut::of(&event, options.with_content.unwrap_or(true)),
     ))
+}
+
+/// Remove a message's payload (Svix's `expunge_content`, for a message sent with what it
+/// should not have held): the message stays, its payload shows as `{"expired": true}`, and it
+/// can no longer be resent, replayed or recovered. While a delivery of it waits for an attempt
+/// the answer is 409: that attempt would still send the payload.
+#[utoipa::path(delete, path = "/api/v1/app/{app_id}/msg/{msg_id}/content", tag = "svix",
+    params(AppPath, MsgPath), responses((status = 204, description = "Expunged")))]
+async fn expunge_content(
+    State(state): State<AppState>,
+    _: Admin,
+    App(app): App,
+    Ids(MsgPath { msg_id }): Ids<MsgPath>,
+) -> SvixResult<StatusCode> {
+    let event = message_of(&state, &app, &msg_id).await?;
+    for status in [DeliveryStatus::Pending, DeliveryStatus::Delivering] {
+        let waiting = DeliveryFilter {
+            event_id: Some(event.id.clone()),
+            tenant: Some(app.tenant.clone()),
+            status: Some(status),
+            limit: 1,
+            ..DeliveryFilter::default()
+        };
+        if !state.store.deliveries(waiting).await?.is_empty() {
+            return Err(SvixError::conflict(
+                "the message is still being delivered; expunge its content once its deliveries end",
+            ));
+        }
+    }
+    let mut labels = event.labels.clone();
+    labels.expunged = true;
+    state
+        .store
+        .expunge_payload(&event.topic, &event.id, &labels)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -9,18 +9,18 @@
 //! `uid`, and an `idempotency-key` on POSTs. The same bearer keys as hookgate's API: an admin
 //! key sees every application, a tenant's key (or console token) only its own.
 
+mod app_cache;
 mod application;
 mod attempt;
 mod auth;
 mod endpoint;
 mod event_type;
+mod extract;
 mod health;
 mod message;
 mod unsupported;
 
-use std::future::Future;
-
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -29,7 +29,6 @@ use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 
 use super::auth::Caller;
-use super::idempotency::{self, Begin, Claim};
 use super::{ApiError, AppState};
 use crate::model::Timestamp;
 use crate::store::ApplicationRow;
@@ -62,6 +61,29 @@ pub(crate) struct SvixJson(Value);
 /// shape.
 pub(crate) fn is_svix_path(path: &str) -> bool {
     path.starts_with("/api/v1/") || path.starts_with("/ingest/api/v1/")
+}
+
+/// Svix's server trims a trailing slash from its paths (its docs' curl lines, its own tests and
+/// older SDKs write one): `/api/v1/app/` is `/api/v1/app`. Applied before routing, so that
+/// every Svix route takes both forms without a second route each.
+pub(crate) fn trim_trailing_slash(mut request: axum::extract::Request) -> axum::extract::Request {
+    let path = request.uri().path();
+    if !is_svix_path(path) || !path.ends_with('/') {
+        return request;
+    }
+    let trimmed = path.trim_end_matches('/');
+    let path_and_query = match request.uri().query() {
+        Some(query) => format!("{trimmed}?{query}"),
+        None => trimmed.to_owned(),
+    };
+    let mut parts = request.uri().clone().into_parts();
+    if let Ok(path_and_query) = axum::http::uri::PathAndQuery::try_from(path_and_query) {
+        parts.path_and_query = Some(path_and_query);
+        if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
 }
 
 /// An error as Svix answers it.
@@ -182,7 +204,15 @@ impl From<crate::endpoint_admin::AdminError> for SvixError {
 
 impl From<crate::recovery::RecoveryError> for SvixError {
     fn from(e: crate::recovery::RecoveryError) -> Self {
-        ApiError::from(e).into()
+        match e {
+            // svix-server's answer to a resend of a message whose payload is gone.
+            crate::recovery::RecoveryError::PayloadExpunged(_) => SvixError::new(
+                StatusCode::BAD_REQUEST,
+                "missing_payload",
+                "Unable to resend message. Payload is missing (probably expired).",
+            ),
+            other => ApiError::from(other).into(),
+        }
     }
 }
 
@@ -201,9 +231,11 @@ fn svix_field(key: &str) -> String {
     }
 }
 
-/// A JSON body, or a 422 naming the field that does not fit.
+/// A JSON body, or a 422 naming the field that does not fit. No body, or JSON `null` (what
+/// some clients send for an optional body, as to `dashboard-access`), is an empty object.
 pub(crate) fn body<T: DeserializeOwned>(bytes: &[u8]) -> SvixResult<T> {
-    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+    let trimmed = bytes.trim_ascii();
+    let text: &[u8] = if trimmed.is_empty() || trimmed == b"null" {
         b"{}"
     } else {
         bytes
@@ -226,7 +258,7 @@ pub(crate) fn query<T: DeserializeOwned>(raw: Option<&str>) -> SvixResult<T> {
 }
 
 /// `{data, iterator, prevIterator, done}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ListResponse<T> {
     pub(crate) data: Vec<T>,
@@ -234,6 +266,10 @@ pub(crate) struct ListResponse<T> {
     pub(crate) prev_iterator: Option<String>,
     pub(crate) done: bool,
 }
+
+/// `EmptyResponse`: `{}`, what Svix answers where it has nothing to say.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct EmptyResponse {}
 
 /// The paging parameters every list takes.
 #[derive(Debug, Default, Deserialize)]
@@ -259,9 +295,16 @@ impl Paging {
         }
     }
 
+    /// Whether `order` asks for the oldest first (newest first when not asked).
     pub(crate) fn ascending(&self) -> SvixResult<bool> {
+        self.ascending_unless(false)
+    }
+
+    /// Whether `order` asks for the oldest first; `default` when it does not say.
+    pub(crate) fn ascending_unless(&self, default: bool) -> SvixResult<bool> {
         match self.order.as_deref() {
-            None | Some("descending") => Ok(false),
+            None => Ok(default),
+            Some("descending") => Ok(false),
             Some("ascending") => Ok(true),
             Some(other) => Err(SvixError::invalid(
                 &["query", "order"],
@@ -271,22 +314,144 @@ impl Paging {
     }
 }
 
-/// A page from `limit + 1` rows: the page, and its iterator when more follow (`next` makes
-/// the iterator of the page's last row).
-pub(crate) fn page<T, R>(
+/// Where a page of a list by id starts, as Svix's iterators say: after the id that ended the
+/// page before (`iterator`), or before the id that began the page after (`prevIterator`, the
+/// id with a `-` in front).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cursor {
+    Start,
+    After(String),
+    Before(String),
+}
+
+impl Cursor {
+    /// The `iterator` of a list of ids, or Svix's 422 for one that is not an id `valid` accepts.
+    pub(crate) fn of(iterator: Option<&str>, valid: impl Fn(&str) -> bool) -> SvixResult<Cursor> {
+        let Some(text) = iterator else {
+            return Ok(Cursor::Start);
+        };
+        let (back, id) = match text.strip_prefix('-') {
+            Some(id) => (true, id),
+            None => (false, text),
+        };
+        if !valid(id) {
+            return Err(SvixError::invalid(
+                &["query", "iterator"],
+                format!("`{text}` is not an iterator of this list"),
+            ));
+        }
+        Ok(match back {
+            true => Cursor::Before(id.to_owned()),
+            false => Cursor::After(id.to_owned()),
+        })
+    }
+
+    /// The id the rows are read past, in the list's order (`after`) or against it (`before`).
+    pub(crate) fn id(&self) -> Option<String> {
+        match self {
+            Cursor::Start => None,
+            Cursor::After(id) | Cursor::Before(id) => Some(id.clone()),
+        }
+    }
+
+    /// Whether the rows are read against the list's order: a page back, nearest row first.
+    pub(crate) fn backwards(&self) -> bool {
+        matches!(self, Cursor::Before(_))
+    }
+}
+
+/// A page of a list by id from `limit + 1` rows read from `cursor` (against the list's order
+/// for a page back): `iterator` continues after its last row, `prevIterator` goes back before
+/// its first, and `done` says the rows ran out in the direction read, so that a client paging
+/// either way stops.
+pub(crate) fn page_by_id<T, R>(
     mut rows: Vec<R>,
     limit: u32,
-    next: impl Fn(&R) -> String,
+    cursor: &Cursor,
+    id: impl Fn(&R) -> String,
     view: impl FnMut(R) -> T,
 ) -> ListResponse<T> {
     let done = rows.len() <= limit as usize;
     rows.truncate(limit as usize);
+    if cursor.backwards() {
+        rows.reverse();
+    }
     ListResponse {
-        iterator: rows.last().map(&next),
-        prev_iterator: None,
+        iterator: rows.last().map(&id),
+        prev_iterator: rows.first().map(|r| format!("-{}", id(r))),
         done,
         data: rows.into_iter().map(view).collect(),
     }
+}
+
+/// Where the read of a list kept newest first stands, for lists by a number (a message's
+/// `seq`, a delivery's or an attempt's id) that are filtered in memory and so read a store
+/// page at a time: reading on reads `before` the position, a page back (`prevIterator`) reads
+/// `after` it, nearest first.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Scan {
+    pub(crate) before: Option<i64>,
+    pub(crate) after: Option<i64>,
+}
+
+impl Scan {
+    /// The scan of `cursor`, whose ids `number` reads (the cursor's ids were checked).
+    pub(crate) fn of(cursor: &Cursor, number: impl Fn(&str) -> Option<i64>) -> Scan {
+        let at = cursor.id().as_deref().and_then(number);
+        match cursor {
+            Cursor::Before(_) => Scan {
+                before: None,
+                after: at,
+            },
+            _ => Scan {
+                before: at,
+                after: None,
+            },
+        }
+    }
+
+    /// Moves past the last row of a page read (`None`: the page was empty).
+    pub(crate) fn past(&mut self, last: Option<i64>) {
+        let position = if self.after.is_some() {
+            &mut self.after
+        } else {
+            &mut self.before
+        };
+        *position = last.or(*position);
+    }
+
+    /// A page that the scan's bound cut short: not done, and its cursor in the direction read
+    /// goes on from where the scan stopped (`id` writes a number as the list's id).
+    pub(crate) fn resume<T>(&self, list: &mut ListResponse<T>, id: impl Fn(i64) -> String) {
+        list.done = false;
+        match (self.after, self.before) {
+            (Some(after), _) => list.prev_iterator = Some(format!("-{}", id(after))),
+            (None, before) => list.iterator = before.map(id),
+        }
+    }
+}
+
+pub(crate) use app_cache::AppCache;
+
+/// [`application_of`] for a message: from the applications messages were sent to within the
+/// last second (see [`app_cache`]) when the path's key is there.
+pub(crate) async fn message_application_of(
+    state: &AppState,
+    caller: &Caller,
+    key: &str,
+) -> SvixResult<ApplicationRow> {
+    let now = std::time::Instant::now();
+    let found = match state.svix_apps.get(key, now) {
+        Some(app) => Some(app),
+        None => {
+            let found = state.store.application(key).await?;
+            if let Some(app) = &found {
+                state.svix_apps.put(key, app.clone(), now);
+            }
+            found
+        }
+    };
+    seen_by(caller, found)
 }
 
 /// The application `key` (its id or uid) as the caller may see it; 404 otherwise, as if it
@@ -296,79 +461,30 @@ pub(crate) async fn application_of(
     caller: &Caller,
     key: &str,
 ) -> SvixResult<ApplicationRow> {
-    match state.store.application(key).await? {
+    seen_by(caller, state.store.application(key).await?)
+}
+
+/// `found` if the caller may see it; 404 otherwise, as if it did not exist.
+fn seen_by(caller: &Caller, found: Option<ApplicationRow>) -> SvixResult<ApplicationRow> {
+    match found {
         Some(app) if caller.sees(Some(&app.tenant)) => Ok(app),
         _ => Err(SvixError::not_found()),
-    }
-}
-
-/// Begins an idempotent POST: the first answer again for a repeated `idempotency-key` (Svix's
-/// SDKs send `auto_<uuid>` on every POST and the same one on their retries).
-pub(crate) async fn begin_idempotent(
-    state: &AppState,
-    caller: &Caller,
-    headers: &HeaderMap,
-    path: &str,
-    body: &[u8],
-) -> SvixResult<Begin> {
-    Ok(idempotency::begin(state, caller, headers, || {
-        idempotency::request_hash("POST", path, &[body])
-    })
-    .await?)
-}
-
-/// Answers a POST and keeps its answer for its idempotency key.
-pub(crate) async fn answer_idempotent<T: Serialize>(
-    state: &AppState,
-    claim: Option<Claim>,
-    status: StatusCode,
-    value: &T,
-) -> Response {
-    let bytes = Bytes::from(serde_json::to_vec(value).expect("answers serialize"));
-    if let Some(claim) = claim {
-        let record = claim.record(status, bytes.clone(), state.clock.now());
-        // The write is done: a failure to keep the answer costs only the replay of a retry.
-        if let Err(e) = state.store.save_idempotency(record).await {
-            tracing::warn!(error = %e, "could not keep the answer of an idempotency key");
-        }
-    }
-    (
-        status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        bytes,
-    )
-        .into_response()
-}
-
-/// Runs a POST under its idempotency key: a repeat gets the first answer, a fresh one runs
-/// `run` and keeps what it answered.
-pub(crate) async fn idempotent<T, F>(
-    state: &AppState,
-    caller: &Caller,
-    headers: &HeaderMap,
-    path: &str,
-    body: &[u8],
-    run: F,
-) -> Response
-where
-    T: Serialize,
-    F: Future<Output = SvixResult<(StatusCode, T)>>,
-{
-    let claim = match begin_idempotent(state, caller, headers, path, body).await {
-        Ok(Begin::Replay(response)) => return response,
-        Ok(Begin::NoKey) => None,
-        Ok(Begin::Fresh(claim)) => Some(claim),
-        Err(e) => return e.into_response(),
-    };
-    match run.await {
-        Ok((status, value)) => answer_idempotent(state, claim, status, &value).await,
-        Err(e) => e.into_response(),
     }
 }
 
 /// A JSON answer.
 pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
     (status, axum::Json(value)).into_response()
+}
+
+/// A JSON answer already written out (one also kept for an idempotency key).
+pub(crate) fn json_bytes(status: StatusCode, body: Bytes) -> Response {
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// Reads an RFC 3339 time of a query or body; `loc` names it in the 422.
@@ -386,27 +502,26 @@ where
     Option::<T>::deserialize(de).map(Some)
 }
 
-/// Svix's names (`uid`s, event types, channels): 1-256 characters of a-z, A-Z, 0-9, `.`, `_`,
-/// `-`.
+/// Svix's names (`uid`s, event types, channels), or a 422 at `loc` (the catalog's rule).
 pub(crate) fn valid_svix_name(loc: &[&str], text: &str) -> SvixResult<()> {
-    let ok = !text.is_empty()
-        && text.len() <= 256
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(SvixError::invalid(
-            loc,
-            format!("`{text}` must be 1-256 characters of a-z, A-Z, 0-9, `.`, `_`, `-`"),
-        ))
+    if crate::event_types::is_svix_name(text) {
+        return Ok(());
     }
+    let rule = crate::event_types::SVIX_NAME_RULE;
+    Err(SvixError::invalid(loc, format!("`{text}` must be {rule}")))
 }
 
 /// A new id of a Svix object: `prefix` and a ULID (so ids sort by creation).
 pub(crate) fn new_id(prefix: &str) -> String {
-    format!("{prefix}_{}", ulid::Ulid::new().to_string().to_lowercase())
+    // Monotonic: ids made in one millisecond still sort in the order they were made, so that a
+    // list by id (Svix's order of creation) and its iterators agree with that order.
+    static IDS: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
+    let id = IDS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .generate()
+        .unwrap_or_else(|_| ulid::Ulid::new());
+    format!("{prefix}_{}", id.to_string().to_lowercase())
 }
 
 /// Whether a caller is an admin (Svix's organization-level key).
@@ -424,4 +539,16 @@ pub(crate) fn admin_only(caller: &Caller) -> SvixResult<()> {
 /// A JSON value from a stored JSON text, or `default`.
 pub(crate) fn stored_json(text: Option<&str>, default: Value) -> Value {
     text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or(default)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Many ids in one millisecond still sort as they were made (Svix lists by creation).
+    #[test]
+    fn ids_made_in_one_millisecond_sort_in_the_order_they_were_made() {
+        let ids: Vec<String> = (0..1000).map(|_| super::new_id("app")).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+    }
 }

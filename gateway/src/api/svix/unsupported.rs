@@ -1,6 +1,6 @@
 //! The parts of Svix's API that hookgate does not offer answer `501 not_implemented` (the
 //! calls of Svix's cloud: streaming, ingest, connectors, integrations, operational webhooks,
-//! background tasks, usage statistics, transformations, payload expunging, token logout…;
+//! background tasks, usage statistics, transformations, bulk payload expunging, token logout…;
 //! Svix's ingest API under `/ingest/api/v1/` too;
 //! docs/svix.md lists them and says why). A path that is not Svix's at all answers Svix's 404.
 

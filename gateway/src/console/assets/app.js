@@ -15,7 +15,8 @@ const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 const who = document.getElementById('who');
 
-// Who is signed in: { admin, tenant }, from GET /v1/me.
+// Who is signed in: { admin, tenant, open }, from GET /v1/me (`open`: the gateway has no API
+// keys, so there is nothing to sign in or out of, only a console link's token to use).
 export let me = null;
 
 const SECTIONS = [
@@ -59,8 +60,24 @@ function drawNav(current) {
     .map(([id, label]) => h('a', { href: `#/${id}`, 'aria-current': id === section ? 'page' : null }, label)));
   render(who, me
     ? [h('span', { 'data-who': '' }, me.admin ? 'Admin' : `Tenant ${me.tenant}`),
-      h('button', { type: 'button', onclick: () => { signOut(); me = null; go('signin'); } }, 'Sign out')]
+      credential()
+        ? h('button', { type: 'button', id: 'sign-out', onclick: signOutNow }, 'Sign out')
+        : h('span', { class: 'muted', id: 'no-keys', title: 'This gateway has no API keys: it listens on loopback only, and everyone who reaches it is an admin.' }, 'no API keys')]
     : []);
+}
+
+// Drops the key or token. A gateway without API keys needs none: back to its overview, as an
+// admin, rather than to a sign-in page that has nothing to ask for.
+function signOutNow() {
+  const open = me && me.open;
+  signOut();
+  me = null;
+  open ? goOrShow('overview') : go('signin');
+}
+
+// Goes to `path`, or shows it again when it is the page already open (no hashchange then).
+function goOrShow(path) {
+  if (route().path === path) show(); else go(path);
 }
 
 async function show() {
@@ -102,6 +119,7 @@ function showSignin(error) {
   render(nav);
   signinView(main, {
     error,
+    open: Boolean(me && me.open),
     onSignIn: async (value) => {
       signIn(value);
       me = await get('/v1/me');

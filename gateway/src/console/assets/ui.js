@@ -93,10 +93,11 @@ export function field(label, input) {
   return h('label', {}, label, input);
 }
 
-// A bar chart of deliveries per bucket: succeeded and failed stacked, with a time axis.
+// A bar chart per bucket: deliveries that succeeded and attempts that failed, stacked, with a
+// time axis. Failed attempts, so that an outage stays red after its deliveries were recovered.
 export function activityChart(buckets, label) {
   const width = 720; const height = 160; const pad = 22;
-  const max = Math.max(1, ...buckets.map((b) => b.succeeded + b.failed));
+  const max = Math.max(1, ...buckets.map((b) => b.succeeded + b.failed_attempts));
   const barW = (width - pad) / buckets.length;
   const ns = 'http://www.w3.org/2000/svg';
   const svg = document.createElementNS(ns, 'svg');
@@ -104,13 +105,13 @@ export function activityChart(buckets, label) {
   svg.setAttribute('class', 'chart');
   svg.setAttribute('role', 'img');
   const total = buckets.reduce((n, b) => n + b.succeeded, 0);
-  const failed = buckets.reduce((n, b) => n + b.failed, 0);
-  svg.setAttribute('aria-label', `${label}: ${count(total)} delivered, ${count(failed)} failed`);
+  const failed = buckets.reduce((n, b) => n + b.failed_attempts, 0);
+  svg.setAttribute('aria-label', `${label}: ${count(total)} delivered, ${count(failed)} failed attempts`);
   const scale = (n) => (n / max) * (height - pad - 8);
   buckets.forEach((b, i) => {
     const x = pad + i * barW;
     const okH = scale(b.succeeded);
-    const badH = scale(b.failed);
+    const badH = scale(b.failed_attempts);
     for (const [cls, y, hgt] of [['ok', height - pad - okH, okH], ['bad', height - pad - okH - badH, badH]]) {
       if (hgt <= 0) continue;
       const r = document.createElementNS(ns, 'rect');
@@ -118,7 +119,7 @@ export function activityChart(buckets, label) {
       r.setAttribute('x', x + 1); r.setAttribute('y', y);
       r.setAttribute('width', Math.max(1, barW - 2)); r.setAttribute('height', hgt);
       const t = document.createElementNS(ns, 'title');
-      t.textContent = `${new Date(b.at).toISOString().slice(11, 16)} UTC: ${count(b.succeeded)} delivered, ${count(b.failed)} failed`;
+      t.textContent = `${new Date(b.at).toISOString().slice(11, 16)} UTC: ${count(b.succeeded)} delivered, ${count(b.failed_attempts)} failed attempts, ${count(b.failed)} deliveries ended failed`;
       r.append(t);
       svg.append(r);
     }

@@ -1,5 +1,6 @@
 //! What a plugin instance's `Store` holds, and the host side of the plugin imports
-//! (`log`, `config`, `crypto`, and a deny-everything WASI).
+//! (`log`, `config`, `crypto`, `message`, the first contract version's names for them, and a
+//! deny-everything WASI).
 //!
 //! A [`CallState`] is built for one binding (its config) and serves only calls of that binding,
 //! possibly several in a row when the instance is reused (see [`super::pool`]); the keys are
@@ -9,6 +10,8 @@
 pub(crate) mod config;
 pub(crate) mod crypto;
 pub(crate) mod log;
+pub(crate) mod message;
+mod v1;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +36,41 @@ pub(crate) struct CallState {
     /// The host's hashing turns, shared by every instance.
     pub(crate) hashing: Arc<tokio::sync::Semaphore>,
     pub(crate) log: log::CallLog,
+    /// The running call's crossings, counted when the store has the counting hook.
+    crossings: Crossings,
+    /// The running call's epoch ticks, each one of the host calls the hook counted.
+    pub(crate) crossings_ticks: u64,
+}
+
+/// How often a call crossed between the host and the plugin: entries into the plugin's code
+/// (the export itself, every `cabi_realloc` the host makes to lower a string or list into the
+/// plugin's memory, the post-return cleanup) and calls out of it into the host (imports,
+/// WASI, and the runtime's own calls such as growing memory).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Crossings {
+    pub guest_entries: u64,
+    pub host_calls: u64,
+}
+
+impl std::ops::AddAssign for Crossings {
+    fn add_assign(&mut self, other: Crossings) {
+        self.guest_entries += other.guest_entries;
+        self.host_calls += other.host_calls;
+    }
+}
+
+/// Counts every crossing of the store's calls into [`CallState::crossings`]; installed on a
+/// store only when crossings are being counted (it is a call per crossing).
+pub(crate) fn count_crossings(store: &mut wasmtime::Store<CallState>) {
+    store.call_hook(|mut store, hook| {
+        let crossings = &mut store.data_mut().crossings;
+        match hook {
+            wasmtime::CallHook::CallingWasm => crossings.guest_entries += 1,
+            wasmtime::CallHook::CallingHost => crossings.host_calls += 1,
+            wasmtime::CallHook::ReturningFromWasm | wasmtime::CallHook::ReturningFromHost => {}
+        }
+        Ok(())
+    });
 }
 
 impl CallState {
@@ -54,6 +92,8 @@ impl CallState {
             hash_bytes_per_call: limits.hash_bytes_per_call,
             hashing,
             log: log::CallLog::new(plugin, version, limits.log_lines_per_call),
+            crossings: Crossings::default(),
+            crossings_ticks: 0,
         }
     }
 
@@ -62,6 +102,8 @@ impl CallState {
     pub(crate) fn begin_call(&mut self, keys: Vec<crypto::SigningKey>) {
         self.keys.begin_call(keys);
         self.log.begin_call();
+        self.crossings = Crossings::default();
+        self.crossings_ticks = 0;
     }
 
     /// Ends a call that returned normally: reports the log lines it dropped, and takes its
@@ -77,6 +119,15 @@ impl CallState {
             if self.table.get(&key).is_ok() {
                 let _ = self.table.delete(key);
             }
+        }
+    }
+
+    /// The crossings of the running (or just ended) call, without its epoch ticks: those come
+    /// with the time the call took, not with what it did.
+    pub(crate) fn crossings(&self) -> Crossings {
+        Crossings {
+            guest_entries: self.crossings.guest_entries,
+            host_calls: self.crossings.host_calls.saturating_sub(self.crossings_ticks),
         }
     }
 

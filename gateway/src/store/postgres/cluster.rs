@@ -106,9 +106,10 @@ impl PgStore {
         self.notify(c, &format!("{}|h|{endpoint}", self.node_id)).await
     }
 
-    /// Tells the other nodes that the endpoints created through the API changed.
-    pub(super) async fn notify_endpoints<C: GenericClient>(&self, c: &C) -> StoreResult<()> {
-        self.notify(c, &format!("{}|c|", self.node_id)).await
+    /// Tells the other nodes that an endpoint created through the API was created, changed
+    /// or deleted: they read that one row again.
+    pub(super) async fn notify_endpoint<C: GenericClient>(&self, c: &C, name: &str) -> StoreResult<()> {
+        self.notify(c, &format!("{}|c|{name}", self.node_id)).await
     }
 
     async fn notify<C: GenericClient>(&self, c: &C, payload: &str) -> StoreResult<()> {
@@ -138,7 +139,7 @@ fn parse_notice(own_node: &str, payload: &str) -> Option<ClusterNotice> {
             Some(ClusterNotice::Deliveries { ids, own })
         }
         "h" if !own => Some(ClusterNotice::Health(Arc::from(rest))),
-        "c" if !own => Some(ClusterNotice::Endpoints),
+        "c" if !own && !rest.is_empty() => Some(ClusterNotice::Endpoint(Arc::from(rest))),
         "k" => rest.parse().ok().map(ClusterNotice::KeyAction),
         _ => None,
     }
@@ -410,6 +411,24 @@ impl ClusterStore for PgStore {
         )
         .await?;
         rows.first().map(|r| health_from_row(r, 0)).transpose()
+    }
+
+    async fn health_of_each(&self, endpoints: &[&str]) -> StoreResult<Vec<(String, EndpointHealth)>> {
+        let conn = self.conn().await?;
+        let rows = query(
+            &conn,
+            "SELECT endpoint, state, consecutive_failures, failing_since, last_success_at, changed_at
+             FROM endpoint_health WHERE endpoint = ANY($1)",
+            &[&endpoints],
+        )
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.get::<_, String>(0), health_from_row(r, 1)?)))
+            .collect()
+    }
+
+    async fn every_health(&self) -> StoreResult<Vec<(String, EndpointHealth)>> {
+        crate::store::Store::endpoint_health(self).await
     }
 
     async fn held_ordering_keys(&self) -> StoreResult<Vec<crate::store::HeldKey>> {

@@ -109,6 +109,8 @@ const TABLES: &[Table] = &[
             "retiring_until",
             "created_at",
             "updated_at",
+            "version",
+            "uid",
         ],
         serial: None,
     },
@@ -144,6 +146,13 @@ const TABLES: &[Table] = &[
     Table {
         name: "ordering_holds",
         columns: &["endpoint", "ordering_key", "delivery_id", "held_at"],
+        serial: None,
+    },
+    // The secrets are copied sealed, with the check value of the key that sealed them: the
+    // PostgreSQL gateway's storage.encryption_key is the SQLite store's key.
+    Table {
+        name: "encryption",
+        columns: &["id", "check_value"],
         serial: None,
     },
 ];

@@ -165,13 +165,17 @@ impl PgStore {
             let held = held.await?;
             let mut first_answers: Vec<Option<IdempotencyRecord>> = vec![None; batches.len()];
             for (i, record) in keyed {
-                first_answers[i] = idempotency_locked(&tx, &record.scope, &record.key).await?;
+                first_answers[i] = idempotency_locked(&tx, &self.sealer, &record.scope, &record.key).await?;
             }
             let fresh = fresh(batches, &first_answers);
             let planned = plan_batches(&tx, &fresh).await?;
             (held, first_answers, fresh, planned)
         };
-        let records = fresh.iter().filter_map(|b| b.idempotency.as_ref());
+        let records: Vec<IdempotencyRecord> = fresh
+            .iter()
+            .filter_map(|b| b.idempotency.as_ref())
+            .map(|r| self.sealer.seal_idempotency(r))
+            .collect();
         let announced = planned
             .targets
             .iter()
@@ -179,7 +183,7 @@ impl PgStore {
             .map(|(target, id)| (&*target.endpoint, *id));
         tokio::try_join!(
             insert_planned(&tx, &planned),
-            try_join_all(records.map(|r| insert_idempotency(&tx, r))),
+            try_join_all(records.iter().map(|r| insert_idempotency(&tx, r))),
             self.notify_deliveries(&tx, announced),
         )?;
         self.commit(tx).await?;

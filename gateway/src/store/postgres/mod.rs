@@ -14,6 +14,7 @@
 mod cluster;
 mod copy;
 mod group;
+mod keys;
 mod ordering;
 mod schema;
 
@@ -32,6 +33,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+use super::seal::Sealer;
 use super::*;
 use crate::health::EndpointHealth;
 use crate::model::{Attempt, EndpointState};
@@ -39,6 +41,9 @@ use crate::telemetry::Metrics;
 
 /// How long a write waits for a pooled connection before it is refused.
 const POOL_WAIT: Duration = Duration::from_secs(5);
+/// How long the readiness probe waits for the database's answer: a node that cannot get one
+/// that soon would keep an event's client waiting as long.
+const READY_WAIT: Duration = Duration::from_secs(3);
 /// Connections a store opens at most, unless told otherwise (`storage.max_connections`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 
@@ -63,6 +68,8 @@ pub struct PgStore {
     /// The `NOTIFY` channel of this schema's nodes.
     channel: String,
     config: tokio_postgres::Config,
+    /// Seals the secrets written and opens the ones read.
+    sealer: Arc<Sealer>,
 }
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -101,10 +108,11 @@ impl From<PoolError> for StoreError {
 }
 
 impl PgStore {
-    /// Connects to `url` as node `node_id` and runs the migrations (once, under an advisory
-    /// lock). The URL is a secret (it may hold a password): it is never logged.
-    pub async fn open(url: &str, metrics: &Metrics, node_id: &str) -> StoreResult<PgStore> {
-        PgStore::open_with(url, metrics, node_id, DEFAULT_MAX_CONNECTIONS).await
+    /// Connects to `url` as node `node_id`, checks that `sealer`'s keys are the database's,
+    /// and runs the migrations (once, under an advisory lock). The URL is a secret (it may
+    /// hold a password): it is never logged.
+    pub async fn open(url: &str, metrics: &Metrics, node_id: &str, sealer: Sealer) -> StoreResult<PgStore> {
+        PgStore::open_with(url, metrics, node_id, DEFAULT_MAX_CONNECTIONS, sealer).await
     }
 
     /// Like [`PgStore::open`], with at most `pool_size` pooled connections (one more listens
@@ -114,13 +122,17 @@ impl PgStore {
         metrics: &Metrics,
         node_id: &str,
         pool_size: usize,
+        sealer: Sealer,
     ) -> StoreResult<PgStore> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Internal(format!("storage.url is not a PostgreSQL URL: {e}")))?;
         detect_dead_connections(&mut config);
         let (mut client, connection) = config.connect(NoTls).await?;
         let driver = tokio::spawn(connection);
+        // The key before the migrations: a node with another key writes nothing.
+        keys::check_key(&client, &sealer).await?;
         schema::migrate(&mut client).await?;
+        keys::seal_plaintext(&mut client, &sealer).await?;
         let schema: String = client.query_one("SELECT current_schema()", &[]).await?.get(0);
         drop(client);
         let _ = driver.await;
@@ -160,6 +172,7 @@ impl PgStore {
             node_id: node_id.to_owned(),
             channel: format!("hookgate_{schema}"),
             config,
+            sealer: Arc::new(sealer),
         })
     }
 
@@ -202,6 +215,22 @@ fn ts(row: &Row, idx: usize) -> Timestamp {
 
 fn opt_ts(row: &Row, idx: usize) -> Option<Timestamp> {
     row.get::<_, Option<i64>>(idx).map(Timestamp::from_millis)
+}
+
+const API_ENDPOINT_COLUMNS: &str =
+    "name, tenant, spec, uid, retiring_secret, retiring_until, version, created_at, updated_at";
+
+fn api_endpoint_from_row(r: &Row) -> ApiEndpointRow {
+    ApiEndpointRow {
+        name: r.get(0),
+        tenant: r.get(1),
+        spec: r.get(2),
+        uid: r.get(3),
+        retiring: r.get::<_, Option<String>>(4).zip(opt_ts(r, 5)),
+        version: r.get::<_, i64>(6).max(1) as u64,
+        created_at: ts(r, 7),
+        updated_at: ts(r, 8),
+    }
 }
 
 fn parse<T: FromStr>(row: &Row, idx: usize) -> StoreResult<T> {
@@ -404,6 +433,7 @@ async fn execute<C: GenericClient>(c: &C, sql: &str, params: &[&(dyn ToSql + Syn
 /// it up: a second node (or request) with the same key waits and finds the first answer.
 async fn idempotency_locked<C: GenericClient>(
     c: &C,
+    sealer: &Sealer,
     scope: &str,
     key: &str,
 ) -> StoreResult<Option<IdempotencyRecord>> {
@@ -413,11 +443,12 @@ async fn idempotency_locked<C: GenericClient>(
         &[&format!("\n{scope}\n{key}")],
     )
     .await?;
-    idempotency_lookup(c, scope, key).await
+    idempotency_lookup(c, sealer, scope, key).await
 }
 
 async fn idempotency_lookup<C: GenericClient>(
     c: &C,
+    sealer: &Sealer,
     scope: &str,
     key: &str,
 ) -> StoreResult<Option<IdempotencyRecord>> {
@@ -427,16 +458,20 @@ async fn idempotency_lookup<C: GenericClient>(
         &[&scope, &key],
     )
     .await?;
-    Ok(row.map(|row| IdempotencyRecord {
-        scope: scope.to_owned(),
-        key: key.to_owned(),
-        request_hash: row.get(0),
-        status: u16::try_from(row.get::<_, i64>(1)).unwrap_or(500),
-        response: Bytes::from(row.get::<_, Vec<u8>>(2)),
-        created_at: ts(&row, 3),
-    }))
+    row.map(|row| {
+        sealer.open_idempotency(IdempotencyRecord {
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            request_hash: row.get(0),
+            status: u16::try_from(row.get::<_, i64>(1)).unwrap_or(500),
+            response: Bytes::from(row.get::<_, Vec<u8>>(2)),
+            created_at: ts(&row, 3),
+        })
+    })
+    .transpose()
 }
 
+/// Inserts `r`, whose answer is sealed already ([`Sealer::seal_idempotency`]).
 async fn insert_idempotency<C: GenericClient>(c: &C, r: &IdempotencyRecord) -> StoreResult<()> {
     execute(
         c,
@@ -989,7 +1024,7 @@ impl Store for PgStore {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         if let Some((record, _)) = &idempotency
-            && let Some(first) = idempotency_locked(&tx, &record.scope, &record.key).await?
+            && let Some(first) = idempotency_locked(&tx, &self.sealer, &record.scope, &record.key).await?
         {
             return Ok(IngestOutcome::AlreadyDone(first));
         }
@@ -1015,7 +1050,7 @@ impl Store for PgStore {
         insert_deliveries(&tx, &columns).await?;
         if let Some((mut record, answer)) = idempotency {
             record.response = answer(&out);
-            insert_idempotency(&tx, &record).await?;
+            insert_idempotency(&tx, &self.sealer.seal_idempotency(&record)).await?;
         }
         self.notify_deliveries(&tx, out.iter().map(|r| (&*r.endpoint, r.id)))
             .await?;
@@ -1023,11 +1058,19 @@ impl Store for PgStore {
         Ok(IngestOutcome::Committed(out))
     }
 
-    async fn pending_page(&self, after: Option<DeliveryId>, limit: u32) -> StoreResult<Vec<PendingDelivery>> {
+    async fn pending_page(
+        &self,
+        after: Option<PendingCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<PendingDelivery>> {
         let conn = self.conn().await?;
-        let sql = format!("{PENDING_SELECT} AND d.id > $1 ORDER BY d.id LIMIT $2");
-        let after = after.map_or(i64::MIN, |id| id.0);
-        let rows = query(&conn, &sql, &[&after, &i64::from(limit)]).await?;
+        // By endpoint, then id: the order of the pending deliveries' index.
+        let sql =
+            format!("{PENDING_SELECT} AND (d.endpoint, d.id) > ($1, $2) ORDER BY d.endpoint, d.id LIMIT $3");
+        // Without a cursor, from before the first endpoint (no name is empty).
+        let (after_endpoint, after_id) =
+            after.map_or((String::new(), i64::MIN), |c| (c.endpoint.to_string(), c.id.0));
+        let rows = query(&conn, &sql, &[&after_endpoint, &after_id, &i64::from(limit)]).await?;
         Ok(pending_from_rows(&rows))
     }
 
@@ -1156,6 +1199,17 @@ impl Store for PgStore {
         Ok(rows.iter().map(|r| event_from_row(r, 0)).collect())
     }
 
+    async fn expunge_payload(&self, topic: &str, id: &str, labels: &EventLabels) -> StoreResult<bool> {
+        let conn = self.conn().await?;
+        let changed = execute(
+            &conn,
+            "UPDATE events SET payload = ''::BYTEA, labels = $3 WHERE topic = $1 AND id = $2",
+            &[&topic, &id, &labels.to_column()],
+        )
+        .await?;
+        Ok(changed > 0)
+    }
+
     async fn deliveries(&self, filter: DeliveryFilter) -> StoreResult<Vec<DeliveryRow>> {
         let conn = self.conn().await?;
         let rows = query(
@@ -1166,7 +1220,9 @@ impl Store for PgStore {
                    AND ($3::TEXT IS NULL OR e.id = $3) AND ($4::BIGINT IS NULL OR d.id < $4)
                    AND ($6::TEXT IS NULL OR d.tenant = $6) AND ($7::TEXT IS NULL OR e.event_type = $7)
                    AND ($8::BIGINT IS NULL OR d.created_at >= $8) AND ($9::BIGINT IS NULL OR d.created_at < $9)
-                 ORDER BY d.id DESC LIMIT $5"
+                   AND ($10::BIGINT IS NULL OR d.id > $10)
+                 ORDER BY d.id {} LIMIT $5",
+                super::order(filter.after.is_some())
             ),
             &[
                 &filter.endpoint,
@@ -1178,6 +1234,7 @@ impl Store for PgStore {
                 &filter.event_type,
                 &millis(filter.since),
                 &millis(filter.until),
+                &filter.after.map(|d| d.0),
             ],
         )
         .await?;
@@ -1269,7 +1326,7 @@ impl Store for PgStore {
 
     async fn idempotency_record(&self, scope: &str, key: &str) -> StoreResult<Option<IdempotencyRecord>> {
         let conn = self.conn().await?;
-        idempotency_lookup(&conn, scope, key).await
+        idempotency_lookup(&conn, &self.sealer, scope, key).await
     }
 
     async fn activity(
@@ -1295,6 +1352,24 @@ impl Store for PgStore {
         for r in &rows {
             count_activity(&mut out, r.get(0), r.get(1), r.get(2));
         }
+        let failed_attempts = query(
+            &conn,
+            "SELECT (a.started_at - $1) / $2, COUNT(*) FROM attempts a
+             WHERE a.started_at >= $1 AND a.started_at < $3 AND a.error_kind IS NOT NULL
+               AND ($4::TEXT IS NULL OR EXISTS
+                    (SELECT 1 FROM deliveries d WHERE d.id = a.delivery_id AND d.tenant = $4))
+             GROUP BY 1",
+            &[&since.as_millis(), &width, &until, &tenant],
+        )
+        .await?;
+        for r in &failed_attempts {
+            let bucket = usize::try_from(r.get::<_, i64>(0))
+                .ok()
+                .and_then(|i| out.get_mut(i));
+            if let Some(bucket) = bucket {
+                bucket.failed_attempts = r.get::<_, i64>(1).max(0) as u64;
+            }
+        }
         Ok(out)
     }
 
@@ -1302,8 +1377,9 @@ impl Store for PgStore {
         let conn = self.conn().await?;
         let row = query(
             &conn,
-            "SELECT COUNT(*) FILTER (WHERE status = 'pending'), COUNT(*) FILTER (WHERE status = 'dead')
-             FROM deliveries WHERE status IN ('pending', 'dead') AND ($1::TEXT IS NULL OR tenant = $1)",
+            // One count per state, each on its partial index.
+            "SELECT (SELECT COUNT(*) FROM deliveries WHERE status = 'pending' AND ($1::TEXT IS NULL OR tenant = $1)),
+                    (SELECT COUNT(*) FROM deliveries WHERE status = 'dead' AND ($1::TEXT IS NULL OR tenant = $1))",
             &[&tenant],
         )
         .await?;
@@ -1313,70 +1389,117 @@ impl Store for PgStore {
         })
     }
 
-    async fn api_endpoints(&self) -> StoreResult<Vec<ApiEndpointRow>> {
+    async fn api_endpoint(&self, name: &str) -> StoreResult<Option<ApiEndpointRow>> {
         let conn = self.conn().await?;
-        let rows = query(
-            &conn,
-            "SELECT name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at
-             FROM api_endpoints ORDER BY name",
-            &[],
-        )
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|r| ApiEndpointRow {
-                name: r.get(0),
-                tenant: r.get(1),
-                spec: r.get(2),
-                retiring: r.get::<_, Option<String>>(3).zip(opt_ts(r, 4)),
-                created_at: ts(r, 5),
-                updated_at: ts(r, 6),
-            })
-            .collect())
+        let row = conn
+            .query_opt(
+                &format!("SELECT {API_ENDPOINT_COLUMNS} FROM api_endpoints WHERE name = $1"),
+                &[&name],
+            )
+            .await?;
+        row.as_ref()
+            .map(|r| self.sealer.open_endpoint(api_endpoint_from_row(r)))
+            .transpose()
     }
 
-    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<Timestamp>) -> StoreResult<()> {
+    async fn api_endpoint_page(&self, page: EndpointPage) -> StoreResult<Vec<ApiEndpointRow>> {
+        let conn = self.conn().await?;
+        let (after, order) = if page.descending {
+            ("<", "DESC")
+        } else {
+            (">", "ASC")
+        };
+        // A condition per filter given (an `OR` around the cursor would keep the planner from
+        // starting the index scan at it).
+        let tenant = if page.tenant.is_some() {
+            "tenant = $1"
+        } else {
+            "$1::TEXT IS NULL"
+        };
+        let cursor = if page.after.is_some() {
+            format!("name {after} $2")
+        } else {
+            "$2::TEXT IS NULL".to_owned()
+        };
+        let rows = query(
+            &conn,
+            &format!(
+                "SELECT {API_ENDPOINT_COLUMNS} FROM api_endpoints
+                 WHERE {tenant} AND {cursor} ORDER BY name {order} LIMIT $3"
+            ),
+            &[&page.tenant, &page.after, &i64::from(page.limit)],
+        )
+        .await?;
+        let rows: Vec<_> = rows.iter().map(api_endpoint_from_row).collect();
+        if rows.len() <= Sealer::OPENED_ON_ONE_CORE {
+            return self.sealer.open_endpoints(rows);
+        }
+        // A start's page: opened on every core, off the async workers.
+        let sealer = self.sealer.clone();
+        tokio::task::spawn_blocking(move || sealer.open_endpoints(rows))
+            .await
+            .map_err(|e| StoreError::Internal(format!("opening endpoint rows: {e}")))?
+    }
+
+    async fn save_api_endpoint(&self, row: ApiEndpointRow, previous: Option<u64>) -> StoreResult<()> {
+        let row = self.sealer.seal_endpoint(row);
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let (secret, until) = row.retiring.clone().unzip();
         let until = millis(until);
+        let version = row.version as i64;
+        // The raw driver's error: a broken uniqueness of the uid is the caller's conflict.
+        let execute = async |sql: &str, params: &[&(dyn ToSql + Sync)]| {
+            let stmt = tx.prepare_cached(sql).await?;
+            tx.execute(&stmt, params).await
+        };
         let changed = if let Some(previous) = previous {
             execute(
-                &tx,
-                "UPDATE api_endpoints SET tenant = $2, spec = $3, retiring_secret = $4, retiring_until = $5,
-                        updated_at = $6 WHERE name = $1 AND updated_at = $7",
+                "UPDATE api_endpoints SET tenant = $2, spec = $3, uid = $4, retiring_secret = $5,
+                        retiring_until = $6, version = $7, updated_at = $8
+                 WHERE name = $1 AND version = $9",
                 &[
                     &row.name,
                     &row.tenant,
                     &row.spec,
+                    &row.uid,
                     &secret,
                     &until,
+                    &version,
                     &row.updated_at.as_millis(),
-                    &previous.as_millis(),
+                    &(previous as i64),
                 ],
             )
-            .await?
+            .await
         } else {
             execute(
-                &tx,
-                "INSERT INTO api_endpoints (name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO api_endpoints (name, tenant, spec, uid, retiring_secret, retiring_until,
+                                            version, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING",
                 &[
                     &row.name,
                     &row.tenant,
                     &row.spec,
+                    &row.uid,
                     &secret,
                     &until,
+                    &version,
                     &row.created_at.as_millis(),
                     &row.updated_at.as_millis(),
                 ],
             )
-            .await?
+            .await
+        };
+        let changed = match changed {
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && row.uid.is_some() => {
+                return Err(crate::store::api_endpoint_uid_taken(&row));
+            }
+            other => other?,
         };
         if changed == 0 {
-            return Err(api_endpoint_conflict(&row.name, previous.is_some()));
+            return Err(api_endpoint_conflict(&row, previous.is_some()));
         }
-        self.notify_endpoints(&tx).await?;
+        self.notify_endpoint(&tx, &row.name).await?;
         self.commit(tx).await
     }
 
@@ -1387,16 +1510,27 @@ impl Store for PgStore {
         if removed == 0 {
             return Err(StoreError::NotFound(format!("endpoint `{name}`")));
         }
-        self.notify_endpoints(&tx).await?;
+        self.notify_endpoint(&tx, name).await?;
         self.commit(tx).await
     }
 
-    async fn applications(&self, after: Option<String>, limit: u32) -> StoreResult<Vec<ApplicationRow>> {
+    async fn applications(
+        &self,
+        after: Option<String>,
+        limit: u32,
+        descending: bool,
+    ) -> StoreResult<Vec<ApplicationRow>> {
         let conn = self.conn().await?;
+        let (cursor, order) = match (after.is_some(), descending) {
+            (true, false) => ("id > $1", "ASC"),
+            (true, true) => ("id < $1", "DESC"),
+            (false, false) => ("$1::TEXT IS NULL", "ASC"),
+            (false, true) => ("$1::TEXT IS NULL", "DESC"),
+        };
         let rows = query(
             &conn,
             &format!(
-                "SELECT {APPLICATION_COLUMNS} FROM applications WHERE $1::TEXT IS NULL OR id > $1 ORDER BY id LIMIT $2"
+                "SELECT {APPLICATION_COLUMNS} FROM applications WHERE {cursor} ORDER BY id {order} LIMIT $2"
             ),
             &[&after, &i64::from(limit)],
         )
@@ -1478,13 +1612,15 @@ impl Store for PgStore {
         after: Option<String>,
         limit: u32,
         include_archived: bool,
+        descending: bool,
     ) -> StoreResult<Vec<EventTypeRow>> {
         let conn = self.conn().await?;
+        let (cursor, order) = if descending { ("<", "DESC") } else { (">", "ASC") };
         let rows = query(
             &conn,
             &format!(
                 "SELECT {EVENT_TYPE_COLUMNS} FROM event_types
-                 WHERE ($1::TEXT IS NULL OR name > $1) AND ($3 OR NOT archived) ORDER BY name LIMIT $2"
+                 WHERE ($1::TEXT IS NULL OR name {cursor} $1) AND ($3 OR NOT archived) ORDER BY name {order} LIMIT $2"
             ),
             &[&after, &i64::from(limit), &include_archived],
         )
@@ -1564,6 +1700,7 @@ impl Store for PgStore {
     }
 
     async fn save_idempotency(&self, r: IdempotencyRecord) -> StoreResult<()> {
+        let r = self.sealer.seal_idempotency(&r);
         let conn = self.conn().await?;
         execute(
             &conn,
@@ -1591,7 +1728,9 @@ impl Store for PgStore {
                  WHERE e.tenant = $1 AND ($2::BIGINT IS NULL OR e.seq < $2)
                    AND ($3::BIGINT IS NULL OR e.received_at >= $3) AND ($4::BIGINT IS NULL OR e.received_at < $4)
                    AND (cardinality($5::TEXT[]) = 0 OR e.event_type = ANY($5))
-                 ORDER BY e.seq DESC LIMIT $6"
+                   AND ($7::BIGINT IS NULL OR e.seq > $7)
+                 ORDER BY e.seq {} LIMIT $6",
+                super::order(query_.after.is_some())
             ),
             &[
                 &query_.tenant,
@@ -1600,6 +1739,7 @@ impl Store for PgStore {
                 &millis(query_.until),
                 &query_.event_types,
                 &i64::from(query_.limit),
+                &query_.after,
             ],
         )
         .await?;
@@ -1613,19 +1753,24 @@ impl Store for PgStore {
         let conn = self.conn().await?;
         let rows = query(
             &conn,
-            "SELECT a.id, d.id, e.id, d.endpoint, a.round, a.n, a.started_at, a.duration_ms, a.status_code,
-                    a.error_kind, a.error, a.plugin_note, a.request_headers, a.response_headers,
-                    a.response_body, a.trace_id
-             FROM attempts a JOIN deliveries d ON d.id = a.delivery_id JOIN events e ON e.seq = d.event_seq
-             WHERE ($1::TEXT IS NULL OR d.tenant = $1) AND ($2::TEXT IS NULL OR e.id = $2)
-               AND ($3::TEXT IS NULL OR d.endpoint = $3) AND ($4::BIGINT IS NULL OR a.id < $4)
-             ORDER BY a.id DESC LIMIT $5",
+            &format!(
+                "SELECT a.id, d.id, e.id, d.endpoint, a.round, a.n, a.started_at, a.duration_ms, a.status_code,
+                        a.error_kind, a.error, a.plugin_note, a.request_headers, a.response_headers,
+                        a.response_body, a.trace_id
+                 FROM attempts a JOIN deliveries d ON d.id = a.delivery_id JOIN events e ON e.seq = d.event_seq
+                 WHERE ($1::TEXT IS NULL OR d.tenant = $1) AND ($2::TEXT IS NULL OR e.id = $2)
+                   AND ($3::TEXT IS NULL OR d.endpoint = $3) AND ($4::BIGINT IS NULL OR a.id < $4)
+                   AND ($6::BIGINT IS NULL OR a.id > $6)
+                 ORDER BY a.id {} LIMIT $5",
+                super::order(query_.after.is_some())
+            ),
             &[
                 &query_.tenant,
                 &query_.event_id,
                 &query_.endpoint,
                 &query_.before,
                 &i64::from(query_.limit),
+                &query_.after,
             ],
         )
         .await?;
@@ -1723,6 +1868,30 @@ impl Store for PgStore {
     }
 
     /// Closes the pool; a node that leaves the cluster has given its leases back before.
+    async fn rekey(&self) -> StoreResult<u64> {
+        let mut conn = self.conn().await?;
+        keys::rekey(&mut conn, &self.sealer).await
+    }
+
+    async fn check_writable(&self) -> StoreResult<()> {
+        let answer = tokio::time::timeout(READY_WAIT, async {
+            let conn = self.conn().await?;
+            conn.simple_query("SELECT 1").await?;
+            Ok::<_, StoreError>(())
+        })
+        .await;
+        match answer {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!(
+                "the database cannot be reached: {e}"
+            ))),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the database did not answer within {READY_WAIT:?} (unreachable, or every \
+                 connection busy)"
+            ))),
+        }
+    }
+
     async fn close(&self) {
         self.pool.close();
     }

@@ -198,6 +198,48 @@ const MIGRATIONS: &[&str] = &[
         answer        TEXT
     );
     "#,
+    // 9: secrets at rest (`store/seal.rs`), as the SQLite store's migration 8: the check value
+    // that tells the database's key from another, written with the first sealed value.
+    r#"
+    CREATE TABLE encryption (
+        id           BIGINT PRIMARY KEY CHECK (id = 1),
+        check_value  TEXT    NOT NULL
+    );
+    "#,
+    // 10: endpoints created through the API, one at a time (as the SQLite store's migration 9):
+    // a version per row, a tenant's endpoints by name, the Svix uid unique within a tenant.
+    r#"
+    ALTER TABLE api_endpoints ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE api_endpoints ADD COLUMN uid TEXT;
+    UPDATE api_endpoints SET uid = spec::jsonb -> 'svix' ->> 'uid'
+        WHERE jsonb_typeof(spec::jsonb -> 'svix' -> 'uid') = 'string';
+    UPDATE api_endpoints e SET uid = NULL
+        WHERE uid IS NOT NULL AND EXISTS (
+            SELECT 1 FROM api_endpoints older
+            WHERE older.uid = e.uid
+              AND COALESCE(older.tenant, '') = COALESCE(e.tenant, '')
+              AND (older.created_at, older.name) < (e.created_at, e.name));
+    CREATE UNIQUE INDEX api_endpoints_by_uid ON api_endpoints (COALESCE(tenant, ''), uid)
+        WHERE uid IS NOT NULL;
+    CREATE INDEX api_endpoints_by_tenant ON api_endpoints (tenant, name);
+    "#,
+    // 11: the failed attempts by time (as the SQLite store's migration 10), for the overview.
+    r#"
+    CREATE INDEX attempts_failed_by_time ON attempts (started_at) WHERE error_kind IS NOT NULL;
+    "#,
+    // 12: fewer index entries per delivery (as the SQLite store's migration 11): the indexes
+    // on `status` and on `updated_at` held every delivery and moved on every outcome; the
+    // states that are looked up get partial indexes instead (pending by endpoint, dead by
+    // endpoint, settled by when they settled).
+    r#"
+    DROP INDEX deliveries_by_status;
+    DROP INDEX deliveries_by_update;
+    DROP INDEX deliveries_pending;
+    CREATE INDEX deliveries_pending ON deliveries (endpoint, id) WHERE status = 'pending';
+    CREATE INDEX deliveries_dead ON deliveries (endpoint, id) WHERE status = 'dead';
+    CREATE INDEX deliveries_settled ON deliveries (updated_at)
+        WHERE status IN ('succeeded', 'failed', 'dead');
+    "#,
 ];
 
 /// The schema version this gateway writes.

@@ -70,6 +70,37 @@ async fn admin_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// A node `node-a` on the test schema, with the suite's key.
+async fn node_a(db: &TestDb) -> PgStore {
+    node(db, "node-a").await
+}
+
+/// Node `id` on the test schema, with the suite's key.
+async fn node(db: &TestDb, id: &str) -> PgStore {
+    node_with(db, id, &Metrics::new()).await
+}
+
+/// Node `id` on the test schema, recording into `metrics`.
+async fn node_with(db: &TestDb, id: &str, metrics: &Metrics) -> PgStore {
+    PgStore::open(&db.url, metrics, id, test_sealer()).await.unwrap()
+}
+
+/// The deliveries an ingestion committed.
+fn committed(outcome: IngestOutcome) -> Vec<ReadyDelivery> {
+    match outcome {
+        IngestOutcome::Committed(ready) => ready,
+        IngestOutcome::AlreadyDone(_) => panic!("not committed: no idempotency key was sent"),
+    }
+}
+
+/// The key every test store of a database opens with.
+fn test_sealer() -> Sealer {
+    Sealer::new(
+        crate::store::EncryptionKey::from_base64("dGVzdCBrZXkgdGVzdCBrZXkgdGVzdCBrZXkgdGVzdCA=").unwrap(),
+        Vec::new(),
+    )
+}
+
 /// `url` with `schema` as the connection's search path.
 fn with_schema(url: &str, schema: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
@@ -130,24 +161,40 @@ fn a_url_gets_a_search_path() {
 #[tokio::test]
 async fn api_endpoints_are_created_once_and_replaced_only_from_what_was_read() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     crate::store::contract::api_endpoint_writes(&store).await;
+}
+
+#[tokio::test]
+async fn an_api_endpoints_uid_is_unique_within_its_tenant() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = node_a(&db).await;
+    crate::store::contract::api_endpoint_uids(&store).await;
+}
+
+#[tokio::test]
+async fn api_endpoints_page_by_name_in_either_direction() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = node_a(&db).await;
+    crate::store::contract::api_endpoint_pages(&store).await;
 }
 
 #[tokio::test]
 async fn the_svix_api_s_rows_are_kept_as_the_contract_says() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     crate::store::svix_contract::applications(&store).await;
     crate::store::svix_contract::event_types(&store).await;
     crate::store::svix_contract::tenant_events_and_attempts(&store).await;
     crate::store::svix_contract::latest_events(&store).await;
+    crate::store::svix_contract::pages_read_back_from_a_cursor(&store).await;
+    crate::store::svix_contract::expunged_payloads(&store).await;
 }
 
 #[tokio::test]
 async fn ordering_keys_show_their_heads_what_waits_and_the_holds() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     crate::store::ordering::contract::ordering_keys(&store).await;
 }
 
@@ -168,7 +215,7 @@ const BLOCKED_BACKLOG: &str = "INSERT INTO deliveries (event_seq, endpoint, stat
 #[tokio::test]
 async fn listing_blocked_keys_uses_the_failed_heads_index() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     let conn = store.conn().await.unwrap();
     conn.batch_execute(&format!("{ONE_EVENT} {BLOCKED_BACKLOG} ANALYZE deliveries;"))
         .await
@@ -208,13 +255,13 @@ async fn listing_blocked_keys_uses_the_failed_heads_index() {
 
 /// A page of keys reads each key by `deliveries_by_key` even when the table's statistics are
 /// those of before a burst (autovacuum analyses it only a minute or so later): on those the
-/// planner walks the endpoint's whole `deliveries_pending` range once per key to count what
-/// waits — over two minutes for a thousand keys at a million waiting — so the listing brings
-/// them up to date first.
+/// planner once walked the endpoint's whole range of pending deliveries once per key to count
+/// what waits — over two minutes for a thousand keys at a million waiting — so the listing
+/// brings them up to date first.
 #[tokio::test]
 async fn a_page_of_keys_reads_by_key_on_statistics_from_before_a_burst() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     let conn = store.conn().await.unwrap();
     conn.batch_execute(&format!(
         "ALTER TABLE deliveries SET (autovacuum_enabled = false);
@@ -240,9 +287,8 @@ async fn a_page_of_keys_reads_by_key_on_statistics_from_before_a_burst() {
                 .join("\n")
         }
     };
-    // The statistics are stale: without a fresh ANALYZE the count walks the endpoint's range.
-    let before = plan(super::ordering::PENDING_COUNTS).await;
-    assert!(before.contains("deliveries_pending"), "{before}");
+    // (Since the pending deliveries' index is by endpoint and id, stale statistics no longer
+    // lead the planner there; the listing keeps them fresh all the same, for other plans.)
     // The burst's counts reach the statistics system when its connection flushes them.
     let counted = "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = 'deliveries'::regclass";
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -262,7 +308,7 @@ async fn a_page_of_keys_reads_by_key_on_statistics_from_before_a_burst() {
     for sql in [super::ordering::FIRST_TWO, super::ordering::PENDING_COUNTS] {
         let after = plan(sql).await;
         assert!(after.contains("deliveries_by_key"), "{after}");
-        assert!(!after.contains("deliveries_pending"), "{after}");
+        assert!(!after.contains("deliveries_pending on"), "{after}");
     }
 }
 
@@ -271,8 +317,8 @@ async fn a_page_of_keys_reads_by_key_on_statistics_from_before_a_burst() {
 #[tokio::test]
 async fn nodes_share_one_schema_by_leases_and_notices() {
     let Some(db) = TestDb::create().await else { return };
-    let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
-    let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
+    let a = node_a(&db).await;
+    let b = node(&db, "node-b").await;
     let e: Vec<Arc<str>> = vec![Arc::from("e")];
     // Long enough to outlast a busy machine between two statements; the lapse below uses a
     // short one.
@@ -313,13 +359,11 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
     let mut at_a = a.listen().await.unwrap();
     let mut at_b = b.listen().await.unwrap();
     // To an endpoint no node holds: its deliveries are announced (see the next test).
-    let IngestOutcome::Committed(ready) = a
-        .ingest(batch_to("evt_1", &[Target::untenanted("x")]))
-        .await
-        .unwrap()
-    else {
-        panic!("not committed");
-    };
+    let ready = committed(
+        a.ingest(batch_to("evt_1", &[Target::untenanted("x")]))
+            .await
+            .unwrap(),
+    );
     let wait = Duration::from_secs(5);
     let notice = tokio::time::timeout(wait, at_b.next()).await.unwrap();
     let ids = vec![(ready[0].endpoint.clone(), ready[0].id)];
@@ -375,8 +419,8 @@ async fn nodes_share_one_schema_by_leases_and_notices() {
 #[tokio::test]
 async fn a_group_announces_only_what_another_node_needs() {
     let Some(db) = TestDb::create().await else { return };
-    let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
-    let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
+    let a = node_a(&db).await;
+    let b = node(&db, "node-b").await;
     let held: Vec<Arc<str>> = vec![Arc::from("held"), Arc::from("ordered")];
     a.hold_endpoints(&held, &[], Duration::from_secs(60))
         .await
@@ -391,9 +435,7 @@ async fn a_group_announces_only_what_another_node_needs() {
         ordered,
         Target::untenanted("elsewhere"),
     ];
-    let IngestOutcome::Committed(ready) = a.ingest(batch_to("evt_1", &targets)).await.unwrap() else {
-        panic!("not committed");
-    };
+    let ready = committed(a.ingest(batch_to("evt_1", &targets)).await.unwrap());
     let wait = Duration::from_secs(5);
     let announced = |r: &[ReadyDelivery]| -> Vec<(Arc<str>, DeliveryId)> {
         r.iter().map(|r| (r.endpoint.clone(), r.id)).collect()
@@ -407,12 +449,8 @@ async fn a_group_announces_only_what_another_node_needs() {
         "the ordered endpoint's and the unheld one's, not the held one's"
     );
     let only_held = batch_to("evt_2", &[Target::untenanted("held")]);
-    let IngestOutcome::Committed(_) = a.ingest(only_held).await.unwrap() else {
-        panic!("not committed");
-    };
-    let IngestOutcome::Committed(next) = a.ingest(batch_to("evt_3", &targets[2..])).await.unwrap() else {
-        panic!("not committed");
-    };
+    let _ = committed(a.ingest(only_held).await.unwrap());
+    let next = committed(a.ingest(batch_to("evt_3", &targets[2..])).await.unwrap());
     assert_eq!(
         tokio::time::timeout(wait, at_b.next()).await.unwrap(),
         Some(ClusterNotice::Deliveries {
@@ -430,8 +468,8 @@ async fn a_group_announces_only_what_another_node_needs() {
 #[tokio::test]
 async fn a_lease_moves_only_between_ingestion_groups() {
     let Some(db) = TestDb::create().await else { return };
-    let a = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
-    let b = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap());
+    let a = Arc::new(node(&db, "node-a").await);
+    let b = Arc::new(node(&db, "node-b").await);
     let (e, lease) = (vec![Arc::<str>::from("e")], Duration::from_secs(60));
     a.hold_endpoints(&e, &[], lease).await.unwrap();
     let mut at_b = b.listen().await.unwrap();
@@ -452,9 +490,7 @@ async fn a_lease_moves_only_between_ingestion_groups() {
     // Committed before any assertion: a failed test must not leave the schema locked.
     raw.batch_execute("COMMIT").await.unwrap();
     assert!(waited, "the group waits for the move");
-    let IngestOutcome::Committed(ready) = ingest.await.unwrap().unwrap() else {
-        panic!("not committed");
-    };
+    let ready = committed(ingest.await.unwrap().unwrap());
     assert_eq!(
         tokio::time::timeout(Duration::from_secs(5), at_b.next())
             .await
@@ -491,7 +527,7 @@ async fn a_lease_moves_only_between_ingestion_groups() {
 #[tokio::test]
 async fn the_keeper_renews_while_the_turn_waits_to_move_a_lease() {
     let Some(db) = TestDb::create().await else { return };
-    let a = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    let a = Arc::new(node(&db, "node-a").await);
     let node = info("node-a");
     let held = vec![Arc::<str>::from("e")];
     let lease = Duration::from_secs(60);
@@ -552,8 +588,8 @@ async fn lease_moves_waited_for(c: &tokio_postgres::Client) -> bool {
 #[tokio::test]
 async fn a_renewal_extends_only_leases_still_held() {
     let Some(db) = TestDb::create().await else { return };
-    let a = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
-    let b = PgStore::open(&db.url, &Metrics::new(), "node-b").await.unwrap();
+    let a = node_a(&db).await;
+    let b = node(&db, "node-b").await;
     let (e, f): (Arc<str>, Arc<str>) = (Arc::from("e"), Arc::from("f"));
     let both = vec![e.clone(), f.clone()];
     let lease = Duration::from_secs(10);
@@ -601,7 +637,7 @@ async fn a_renewal_extends_only_leases_still_held() {
 #[tokio::test]
 async fn announced_deliveries_come_with_their_events_read_once_each() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     let mut fanned = batch("evt_1");
     fanned.items[0].endpoints.push(Target::untenanted("x"));
     let mut keyed = batch("evt_2").items.remove(0);
@@ -610,9 +646,7 @@ async fn announced_deliveries_come_with_their_events_read_once_each() {
         ..(*keyed.event).clone()
     });
     fanned.items.push(keyed);
-    let IngestOutcome::Committed(ready) = store.ingest(fanned).await.unwrap() else {
-        panic!("not committed");
-    };
+    let ready = committed(store.ingest(fanned).await.unwrap());
     let mut ids: Vec<DeliveryId> = ready.iter().map(|r| r.id).collect();
     ids.push(DeliveryId(i64::MAX));
     let read = store.pending_by_ids(&ids).await.unwrap();
@@ -654,7 +688,7 @@ async fn announced_deliveries_come_with_their_events_read_once_each() {
 #[tokio::test]
 async fn one_node_at_a_time_purges() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     let mut old = batch("evt_1");
     old.idempotency = Some(IdempotencyRecord {
         scope: "anonymous".into(),
@@ -692,7 +726,7 @@ async fn one_node_at_a_time_purges() {
 #[tokio::test]
 async fn actions_left_by_an_asker_that_died_are_purged() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     let request = |key: &str| KeyActionRequest {
         endpoint: Arc::from("e"),
         key: key.into(),
@@ -723,7 +757,7 @@ async fn actions_left_by_an_asker_that_died_are_purged() {
 #[tokio::test]
 async fn migrations_run_once_and_a_newer_schema_is_refused() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     store.close().await;
     drop(store);
     let mut client = admin_client(&db.url).await;
@@ -742,7 +776,7 @@ async fn migrations_run_once_and_a_newer_schema_is_refused() {
 #[tokio::test]
 async fn a_duplicate_event_keeps_nothing_of_its_batch() {
     let Some(db) = TestDb::create().await else { return };
-    let store = PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap();
+    let store = node_a(&db).await;
     store.ingest(batch("evt_1")).await.unwrap();
     let mut twice = batch("evt_2");
     twice.items.push(batch("evt_1").items.remove(0));
@@ -761,7 +795,7 @@ async fn a_duplicate_event_keeps_nothing_of_its_batch() {
 async fn concurrent_requests_share_a_commit_and_each_gets_its_own_answer() {
     let Some(db) = TestDb::create().await else { return };
     let metrics = Metrics::new();
-    let store = Arc::new(PgStore::open(&db.url, &metrics, "node-a").await.unwrap());
+    let store = Arc::new(node_with(&db, "node-a", &metrics).await);
     let tasks: Vec<_> = (0..200)
         .map(|i| {
             let store = store.clone();
@@ -795,7 +829,7 @@ async fn concurrent_requests_share_a_commit_and_each_gets_its_own_answer() {
 #[tokio::test]
 async fn a_duplicate_in_a_group_fails_only_its_own_request() {
     let Some(db) = TestDb::create().await else { return };
-    let store = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    let store = Arc::new(node(&db, "node-a").await);
     store.ingest(batch("evt_old")).await.unwrap();
     let ids = ["evt_a", "evt_old", "evt_b", "evt_twice", "evt_c", "evt_twice"];
     let tasks: Vec<_> = ids
@@ -832,7 +866,7 @@ fn metric_value(text: &str, name: &str) -> f64 {
 #[tokio::test]
 async fn racing_requests_with_one_idempotency_key_write_once() {
     let Some(db) = TestDb::create().await else { return };
-    let store = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    let store = Arc::new(node(&db, "node-a").await);
     let record = IdempotencyRecord {
         scope: "anonymous".into(),
         key: "k".into(),
@@ -866,7 +900,7 @@ async fn racing_requests_with_one_idempotency_key_write_once() {
 #[tokio::test]
 async fn concurrent_health_inputs_are_all_counted_and_degrade_once() {
     let Some(db) = TestDb::create().await else { return };
-    let store = Arc::new(PgStore::open(&db.url, &Metrics::new(), "node-a").await.unwrap());
+    let store = Arc::new(node(&db, "node-a").await);
     let tasks: Vec<_> = (0..5)
         .map(|i| {
             let store = store.clone();
@@ -890,4 +924,128 @@ async fn concurrent_health_inputs_are_all_counted_and_degrade_once() {
     assert_eq!(health[0].1.consecutive_failures, 5);
     assert_eq!(health[0].1.state, EndpointState::Degraded);
     assert_eq!(store.endpoint_history("e", 10).await.unwrap().len(), 1);
+}
+
+/// An endpoint with a signing secret, a credential header and a secret being rotated out.
+fn endpoint_with_secrets() -> ApiEndpointRow {
+    ApiEndpointRow {
+        name: "billing".into(),
+        tenant: None,
+        spec: r#"{"url":"https://example.com/hook","secret":"whsec_cGcgc2VjcmV0","headers":{"authorization":"Bearer pg_live_5678"}}"#.into(),
+        uid: None,
+        retiring: Some(("whsec_cGcgb2xk".into(), Timestamp::from_millis(5))),
+        version: 1,
+        created_at: Timestamp::from_millis(1),
+        updated_at: Timestamp::from_millis(1),
+    }
+}
+
+/// The schema as `pg_dump` writes it: what a stolen dump holds.
+fn pg_dump(db: &TestDb) -> String {
+    let out = std::process::Command::new("pg_dump")
+        .arg(format!("--schema={}", db.name))
+        .arg(&db.admin)
+        .output()
+        .expect("pg_dump runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Without the random token newer dumps fence their content with.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| !line.starts_with("\\restrict") && !line.starts_with("\\unrestrict"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A dump shows none of the secrets; a node with another key refuses to start, says which key
+/// the database has, and writes nothing; the right key reads the rows as they were written.
+#[tokio::test]
+async fn a_dump_holds_no_secret_and_a_node_with_another_key_is_refused() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = node_a(&db).await;
+    store
+        .save_api_endpoint(endpoint_with_secrets(), None)
+        .await
+        .unwrap();
+    store
+        .save_idempotency(IdempotencyRecord {
+            scope: "s".into(),
+            key: "k".into(),
+            request_hash: vec![1; 32],
+            status: 200,
+            response: Bytes::from_static(br#"{"token":"portal_cGcgdG9rZW4"}"#),
+            created_at: Timestamp::from_millis(2),
+        })
+        .await
+        .unwrap();
+    store.close().await;
+
+    let dump = pg_dump(&db);
+    assert!(dump.contains("sealed:v1:"), "the rows are in the dump, sealed");
+    for secret in [
+        "cGcgc2VjcmV0",
+        "pg_live_5678",
+        "cGcgb2xk",
+        "cGcgdG9rZW4",
+        "example.com",
+    ] {
+        assert!(!dump.contains(secret), "`{secret}` is in the dump");
+    }
+
+    let other = Sealer::new(crate::store::EncryptionKey::generate(), Vec::new());
+    let Err(e) = PgStore::open(&db.url, &Metrics::new(), "node-b", other.clone()).await else {
+        panic!("a node with another key started")
+    };
+    let e = e.to_string();
+    assert!(e.contains(&test_sealer().current_id().to_string()), "{e}");
+    assert!(e.contains(&other.current_id().to_string()), "{e}");
+    assert!(pg_dump(&db) == dump, "the refused node wrote nothing");
+
+    let store = node_a(&db).await;
+    assert_eq!(
+        crate::store::every_api_endpoint(&store).await,
+        vec![endpoint_with_secrets()]
+    );
+    store.close().await;
+}
+
+/// A database from before encryption is sealed by the first node that starts with a key.
+#[tokio::test]
+async fn a_database_that_kept_secrets_in_the_clear_is_sealed_by_the_first_node_with_a_key() {
+    let Some(db) = TestDb::create().await else { return };
+    let store = node_a(&db).await;
+    store.close().await;
+    let spec = endpoint_with_secrets().spec;
+    admin_client(&db.url)
+        .await
+        .batch_execute(&format!(
+            "DROP TABLE encryption; DROP INDEX attempts_failed_by_time;
+             DROP INDEX deliveries_dead; DROP INDEX deliveries_settled;
+             DROP INDEX deliveries_pending;
+             CREATE INDEX deliveries_pending ON deliveries (endpoint, next_attempt_at) WHERE status = 'pending';
+             CREATE INDEX deliveries_by_status ON deliveries (status, id);
+             CREATE INDEX deliveries_by_update ON deliveries (updated_at);
+             DROP INDEX api_endpoints_by_uid; DROP INDEX api_endpoints_by_tenant;
+             ALTER TABLE api_endpoints DROP COLUMN uid, DROP COLUMN version;
+             UPDATE hookgate_schema SET version = 8;
+             INSERT INTO api_endpoints (name, tenant, spec, retiring_secret, retiring_until, created_at, updated_at)
+             VALUES ('billing', NULL, '{spec}', 'whsec_cGcgb2xk', 5, 1, 1)"
+        ))
+        .await
+        .unwrap();
+    assert!(
+        pg_dump(&db).contains("pg_live_5678"),
+        "the old database kept it in the clear"
+    );
+
+    let store = node_a(&db).await;
+    assert_eq!(
+        crate::store::every_api_endpoint(&store).await,
+        vec![endpoint_with_secrets()]
+    );
+    store.close().await;
+    let dump = pg_dump(&db);
+    assert!(
+        !dump.contains("pg_live_5678") && !dump.contains("cGcgb2xk"),
+        "sealed on the first start"
+    );
 }

@@ -140,11 +140,9 @@ mod tests {
     #[tokio::test]
     async fn listing_blocked_keys_uses_the_failed_heads_index() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(SqliteOptions::new(dir.path().join("db"))).unwrap();
-        store
-            .write(Urgency::Wait, |conn| {
-                conn.execute_batch(
-                    "INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at)
+        let store = super::super::store_with_rows(
+            dir.path(),
+            "INSERT INTO events (seq, id, topic, event_type, content_type, payload, ordering_key, received_at)
                          VALUES (1, 'e1', 't', 'x', 'application/json', x'7b7d', 'k', 0);
                      WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
                      INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, created_at, updated_at,
@@ -153,11 +151,8 @@ mod tests {
                             'k' || ((i - 1) / 1000)
                      FROM n;
                      ANALYZE;",
-                )?;
-                Ok(())
-            })
-            .await
-            .unwrap();
+        )
+        .await;
         let plans = store
             .read(|conn| {
                 let plan = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> StoreResult<String> {

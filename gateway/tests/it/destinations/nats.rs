@@ -24,14 +24,21 @@ impl NatsFixture {
             .expect("NATS is reachable");
         let js = jetstream::new(client);
         let name = unique();
-        js.create_stream(jetstream::stream::Config {
+        let config = jetstream::stream::Config {
             name: name.clone(),
             subjects: vec![format!("{name}.>")],
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
-        })
-        .await
-        .expect("creating the test's stream");
+        };
+        // nats-server removes an account's stream folder with its last stream; a create that
+        // races that removal (another test's stream deleted at the same moment) fails with
+        // "error creating store for stream". Trying again makes the folder anew.
+        let mut tries = 0;
+        while let Err(e) = js.create_stream(config.clone()).await {
+            tries += 1;
+            assert!(tries < 5, "creating the test's stream: {e:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         Some(NatsFixture {
             broker,
             js,

@@ -12,6 +12,9 @@ use super::http::{self, Reply};
 use super::node::Node;
 use super::pg::PrivatePostgres;
 use super::proxy::Proxy;
+
+/// The storage key every node of a rig's database has (PostgreSQL needs one in the config).
+const STORAGE_KEY: &str = "ZmF1bHQgcmlnIHN0b3JhZ2Uga2V5LCAzMiBieXRlcyE=";
 use super::receiver::Receiver;
 
 /// One endpoint of the rig: `/name` on the receiver, topic `t`.
@@ -305,9 +308,33 @@ impl Rig {
                 return true;
             }
             if Instant::now() >= deadline {
+                self.say_missing(acked, &got, within);
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Says on stderr, at once, which acknowledged deliveries had not arrived and how each
+    /// node's log ended: a failing run's message may be cut, this comes before it.
+    fn say_missing(&self, acked: &[Acked], got: &std::collections::HashSet<(&str, &str)>, within: Duration) {
+        let paths = self.paths();
+        let missing: Vec<(&str, &str)> = acked
+            .iter()
+            .flat_map(|a| paths.iter().map(move |p| (p.as_str(), a.id.as_str())))
+            .filter(|k| !got.contains(k))
+            .collect();
+        eprintln!(
+            "{} acknowledged deliveries had not arrived after {within:?}, among them {:?}",
+            missing.len(),
+            &missing[..missing.len().min(10)]
+        );
+        for node in &self.nodes {
+            let log = node.log_text();
+            let lines: Vec<&str> = log.lines().collect();
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                eprintln!("{} log: {line}", node.name);
+            }
         }
     }
 
@@ -374,9 +401,9 @@ fn node_config(
     }
     format!(
         "server:\n  listen: 127.0.0.1:{port}\n  workers: 1\n\
-         storage:\n  url: \"postgres://postgres@127.0.0.1:{db_port}/{database}?application_name=hookgate-{name}\"\n  max_connections: {maxc}\n\
+         storage:\n  url: \"postgres://postgres@127.0.0.1:{db_port}/{database}?application_name=hookgate-{name}\"\n  max_connections: {maxc}\n  encryption_key: {STORAGE_KEY}\n\
          cluster:\n  lease: {lease}ms\n  node_id: {name}\n\
-         plugins:\n  dir: {d}/plugins-{name}\n  cache_dir: {d}/cache-{name}\n\
+         plugins:\n  dir: {d}/plugins-{name}\n  bundled: false\n  cache_dir: {d}/cache-{name}\n\
          delivery:\n  allow_networks: [127.0.0.0/8]\n\
          policies:\n  patient:\n    schedule: [0s{retries}]\n    jitter: 0\n\
          topics:\n  t: {{}}\nendpoints:\n{endpoints}",

@@ -31,9 +31,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
           name: {{ .Values.database.existingSecret }}
           key: url
     {{- end }}
+    {{- if or (eq .Values.mode "cluster") .Values.encryption.existingSecret }}
+    - name: HOOKGATE_ENCRYPTION_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ required "encryption.existingSecret: cluster mode needs the storage encryption key" .Values.encryption.existingSecret }}
+          key: key
+    {{- end }}
+  # Ready: the node can take events (its store takes writes; on PostgreSQL, the database
+  # answers). Alive: the process answers — a node that is not ready is left running, as it
+  # recovers by itself once the disk or the database is back.
   readinessProbe:
     httpGet:
-      path: /healthz
+      path: /readyz
       port: http
     periodSeconds: 5
   livenessProbe:

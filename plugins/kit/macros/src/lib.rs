@@ -4,25 +4,25 @@
 
 use proc_macro::{TokenStream, TokenTree};
 
-/// A transform: `fn(EndpointInfo, EventInfo, DeliveryInfo, Message) -> Result<Outcome, PluginError>`.
+/// A transform: `fn(EndpointInfo, EventInfo, DeliveryInfo, &Message) -> Result<Outcome, PluginError>`.
 #[proc_macro_attribute]
 pub fn transform(_attr: TokenStream, item: TokenStream) -> TokenStream {
     glue(
         item,
         "transformer",
-        "fn transform(endpoint: EndpointInfo, event: EventInfo, delivery: DeliveryInfo, message: Message) \
-         -> Result<Outcome, PluginError> { NAME(endpoint, event, delivery, message) }",
+        "fn transform(endpoint: EndpointInfo, event: EventInfo, delivery: DeliveryInfo, message: &OutgoingMessage) \
+         -> Result<Outcome, PluginError> { NAME(endpoint, event, delivery, &Message::lent(message)) }",
     )
 }
 
-/// A signer: `fn(EndpointInfo, DeliveryInfo, Message, &SigningKey) -> Result<Headers, PluginError>`.
+/// A signer: `fn(EndpointInfo, DeliveryInfo, &Message, &SigningKey) -> Result<Edits, PluginError>`.
 #[proc_macro_attribute]
 pub fn sign(_attr: TokenStream, item: TokenStream) -> TokenStream {
     glue(
         item,
         "signer",
-        "fn sign(endpoint: EndpointInfo, delivery: DeliveryInfo, message: Message, key: &SigningKey) \
-         -> Result<Headers, PluginError> { NAME(endpoint, delivery, message, key) }",
+        "fn sign(endpoint: EndpointInfo, delivery: DeliveryInfo, message: &OutgoingMessage, key: &SigningKey) \
+         -> Result<Edits, PluginError> { NAME(endpoint, delivery, &Message::lent(message), key) }",
     )
 }
 

@@ -1,5 +1,5 @@
-// The delivery log (filters, cursor paging) and one delivery with its attempts: status, error,
-// duration, the request headers sent and the response; redeliver.
+// The delivery log (filters, cursor paging) and one delivery with its body and its attempts:
+// status, error, duration, the request headers sent and the response; redeliver.
 
 import { get, post, query, seg } from '../api.js';
 import { ago, badge, cell, count, errorNotice, field, h, notice, render, table, toLocalInput, toRfc3339 } from '../ui.js';
@@ -16,25 +16,27 @@ export async function deliveriesView(main, { params }) {
     until: params.get('until') || '',
   };
   const cursor = params.get('cursor') || '';
+  // The endpoint filter suggests the first names; any name can be typed.
   const [page, endpoints] = await Promise.all([
     get(`/v1/deliveries${query({ ...filters, cursor, limit: PAGE })}`),
-    get('/v1/endpoints'),
+    get('/v1/endpoints?limit=100'),
   ]);
   const status = h('select', { name: 'status', id: 'filter-status' }, h('option', { value: '' }, 'any'),
     STATUSES.map((s) => h('option', { value: s, selected: s === filters.status }, s)));
-  const endpoint = h('select', { name: 'endpoint', id: 'filter-endpoint' }, h('option', { value: '' }, 'any'),
-    endpoints.endpoints.map((e) => h('option', { value: e.name, selected: e.name === filters.endpoint }, e.name)));
+  const endpoint = h('input', { name: 'endpoint', id: 'filter-endpoint', list: 'endpoint-names', value: filters.endpoint, placeholder: 'any' });
+  const endpointNames = h('datalist', { id: 'endpoint-names' },
+    endpoints.endpoints.map((e) => h('option', { value: e.name })));
   const eventType = h('input', { name: 'event_type', id: 'filter-type', value: filters.event_type, placeholder: 'order.created' });
   const since = h('input', { type: 'datetime-local', id: 'filter-since', value: filters.since ? toLocalInput(filters.since) : '' });
   const until = h('input', { type: 'datetime-local', id: 'filter-until', value: filters.until ? toLocalInput(filters.until) : '' });
   const form = h('form', { class: 'row', onsubmit: (event) => {
     event.preventDefault();
     location.hash = `#/deliveries${query({
-      status: status.value, endpoint: endpoint.value, event_type: eventType.value.trim(),
+      status: status.value, endpoint: endpoint.value.trim(), event_type: eventType.value.trim(),
       since: toRfc3339(since.value), until: toRfc3339(until.value),
     })}`;
   } },
-  field('Status', status), field('Endpoint', endpoint), field('Event type', eventType),
+  field('Status', status), field('Endpoint', endpoint), endpointNames, field('Event type', eventType),
   field('Since', since), field('Until', until),
   h('button', { type: 'submit', id: 'apply-filters' }, 'Filter'));
   const pager = h('div', { class: 'pager' },
@@ -60,6 +62,8 @@ export async function deliveriesView(main, { params }) {
 export async function deliveryView(main, { args, refresh }) {
   const id = args[0];
   const d = await get(`/v1/deliveries/${seg(id)}`);
+  // The body is the event's payload; an event already purged (retention) has none to show.
+  const event = await get(`/v1/events/${seg(d.event_id)}`).catch(() => null);
   const output = h('div', { 'aria-live': 'polite' });
   const redeliver = h('button', { type: 'button', class: 'primary', id: 'redeliver', onclick: async () => {
     try {
@@ -83,7 +87,9 @@ export async function deliveryView(main, { args, refresh }) {
     h('div', { class: 'actions' }, redeliver, refreshButton),
     output,
     h('h2', {}, `Attempts (${count(d.attempts.length)})`),
-    d.attempts.length ? [...d.attempts].reverse().map(attempt) : h('p', { class: 'muted' }, 'No attempt yet.'));
+    d.attempts.length ? [...d.attempts].reverse().map(attempt) : h('p', { class: 'muted' }, 'No attempt yet.'),
+    h('h2', {}, 'Body'),
+    body(event));
 }
 
 // Waits until round `round` of the delivery has an attempt on record (or half a minute has
@@ -95,6 +101,20 @@ async function attemptedIn(id, round) {
     const d = await get(`/v1/deliveries/${seg(id)}`);
     if (d.attempts.some((a) => a.round >= round)) return;
   }
+}
+
+// The body the gateway sends: the event's payload, with its content type. A transform plugin
+// may change it on its way (an attempt's "Plugins" line names the plugins that ran).
+function body(event) {
+  if (!event) return h('p', { class: 'muted' }, 'The event is no longer stored (retention), nor its body.');
+  const text = event.payload_base64 !== null && event.payload_base64 !== undefined
+    ? event.payload_base64
+    : (typeof event.payload === 'string' ? event.payload : JSON.stringify(event.payload, null, 2));
+  return h('section', { class: 'card', id: 'body-sent' },
+    h('p', { class: 'muted' }, h('span', { class: 'mono' }, event.content_type),
+      event.payload_base64 ? ' (binary, shown in base64)' : '',
+      ' — as sent, unless a transform plugin changed it on the way.'),
+    h('pre', {}, text));
 }
 
 function attempt(a) {

@@ -1,20 +1,26 @@
-// Endpoints: the list with state and tenant filters; the form that creates or edits an
-// endpoint created through the API.
+// Endpoints: the list, a page at a time, with state and tenant filters; the form that creates
+// or edits an endpoint created through the API.
 
 import { get, patch, post, query, seg } from '../api.js';
 import { ago, badge, cell, count, errorNotice, field, h, render, secretBox, table } from '../ui.js';
 
 const STATES = ['active', 'degraded', 'paused', 'disabled'];
+const PAGE = 100;
 
 export async function endpointsView(main, { params, me }) {
   const state = params.get('state') || '';
   const tenant = params.get('tenant') || '';
-  const list = await get(`/v1/endpoints${query({ tenant: me.admin ? tenant : '' })}`);
-  const shown = list.endpoints.filter((e) => !state || e.state === state);
+  const cursor = params.get('cursor') || '';
+  const list = await get(`/v1/endpoints${query({ state, tenant: me.admin ? tenant : '', cursor, limit: PAGE })}`);
+  const shown = list.endpoints;
   const apply = (next) => {
     const q = query({ state, tenant, ...next });
     location.hash = `#/endpoints${q}`;
   };
+  const paged = Boolean(cursor || list.next_cursor);
+  const pager = h('div', { class: 'pager' },
+    cursor ? h('a', { class: 'button', href: `#/endpoints${query({ state, tenant })}` }, '← First') : null,
+    list.next_cursor ? h('a', { class: 'button', id: 'next-endpoints', href: `#/endpoints${query({ state, tenant, cursor: list.next_cursor })}` }, 'Next →') : null);
   const stateSelect = h('select', { id: 'state-filter', onchange: (e) => apply({ state: e.target.value }) },
     h('option', { value: '' }, 'any state'),
     STATES.map((s) => h('option', { value: s, selected: s === state }, s)));
@@ -27,7 +33,7 @@ export async function endpointsView(main, { params, me }) {
       field('State', stateSelect),
       tenantInput ? field('Tenant', tenantInput) : null,
       h('a', { class: 'button', href: '#/endpoints/new', id: 'new-endpoint' }, 'New endpoint')),
-    h('p', { class: 'muted' }, `${count(shown.length)} of ${count(list.endpoints.length)} endpoints`),
+    h('p', { class: 'muted' }, `${count(shown.length)} endpoint${shown.length === 1 ? '' : 's'}${paged ? ' on this page' : ''}`),
     table(
       ['Name', 'Kind', 'State', { text: 'Failures', attrs: { class: 'num' } }, 'Last success',
         { text: 'Tenant', attrs: { class: 'optional' } }, { text: 'Source', attrs: { class: 'optional' } }],
@@ -40,7 +46,8 @@ export async function endpointsView(main, { params, me }) {
         cell(e.tenant || '—', { class: 'optional' }),
         cell(badge(e.source), { class: 'optional' }),
       ]),
-      'No endpoints match.'));
+      'No endpoints match.'),
+    pager);
 }
 
 // Create (#/endpoints/new) or edit (#/endpoints/NAME/edit) an endpoint created through the API.

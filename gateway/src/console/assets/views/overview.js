@@ -1,5 +1,6 @@
-// Overview: deliveries and failures over the last hour and day, endpoints by state, backlog;
-// for admins, whether the config file on disk is what runs.
+// Overview: deliveries and failed attempts over the last hour and day, endpoints by state,
+// backlog; for admins, whether the config file on disk is what runs. Failed attempts, not only
+// deliveries that ended failed: an outage stays visible after its deliveries were recovered.
 
 import { get } from '../api.js';
 import { activityChart, ago, badge, count, h, render } from '../ui.js';
@@ -21,17 +22,18 @@ export async function overviewView(main, { me }) {
     status ? configNotice(status) : null,
     h('div', { class: 'cards' },
       stat(sum(hour, 'succeeded'), 'delivered in the last hour'),
-      stat(sum(hour, 'failed'), 'failed in the last hour', '#/deliveries?status=failed'),
+      stat(sum(hour, 'failed_attempts'), 'failed attempts in the last hour'),
+      stat(sum(hour, 'failed'), 'deliveries ended failed in the last hour', '#/deliveries?status=failed'),
       stat(hour.pending, 'waiting now', '#/deliveries?status=pending'),
       stat(hour.dead, 'dead letters', '#/deliveries?status=dead'),
       stat(hour.blocked_keys, 'ordering keys blocked', '#/endpoints')),
     h('section', { class: 'card', 'aria-labelledby': 'hour-h' },
       h('h2', { id: 'hour-h' }, 'Last hour'),
-      legend(), activityChart(hour.buckets, 'Deliveries per minute, last hour')),
+      legend(), activityChart(hour.buckets, 'Deliveries and failed attempts per minute, last hour')),
     h('section', { class: 'card', 'aria-labelledby': 'day-h' },
       h('h2', { id: 'day-h' }, 'Last day'),
-      h('p', { class: 'muted' }, `${count(sum(day, 'succeeded'))} delivered, ${count(sum(day, 'failed'))} failed.`),
-      legend(), activityChart(day.buckets, 'Deliveries per hour, last day')),
+      h('p', { class: 'muted' }, `${count(sum(day, 'succeeded'))} delivered, ${count(sum(day, 'failed_attempts'))} failed attempts, ${count(sum(day, 'failed'))} deliveries ended failed.`),
+      legend(), activityChart(day.buckets, 'Deliveries and failed attempts per hour, last day')),
     h('section', { class: 'card', 'aria-labelledby': 'states-h' },
       h('h2', { id: 'states-h' }, 'Endpoints by state'),
       h('div', { class: 'row' }, STATES.map((s) => h('a', { href: `#/endpoints?state=${s}`, class: 'button' },
@@ -56,5 +58,5 @@ function configNotice(status) {
 }
 
 function legend() {
-  return h('div', { class: 'legend' }, h('span', { class: 'ok' }, 'delivered'), h('span', { class: 'bad' }, 'failed'));
+  return h('div', { class: 'legend' }, h('span', { class: 'ok' }, 'delivered'), h('span', { class: 'bad' }, 'failed attempts'));
 }

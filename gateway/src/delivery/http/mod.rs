@@ -1,5 +1,11 @@
 //! HTTP(S): one `POST` per attempt over a pooled keep-alive client, the transport of
-//! `http://` and `https://` destinations.
+//! `http://` and `https://` destinations. Beside it: the endpoint's credentials (`auth`,
+//! `oauth2`), its client certificate and proxy (`route`), and `Retry-After` (`retry_after`).
+
+pub(super) mod auth;
+mod oauth2;
+mod retry_after;
+pub(super) mod route;
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -11,25 +17,26 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{
-    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, LOCATION, PROXY_AUTHORIZATION, RETRY_AFTER, TE,
-    TRANSFER_ENCODING, UPGRADE, USER_AGENT,
+    AUTHORIZATION, CONNECTION, CONTENT_LENGTH, HOST, LOCATION, RETRY_AFTER, TE, TRANSFER_ENCODING, UPGRADE,
+    USER_AGENT,
 };
 use http::uri::Scheme;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::auth::{OutboundAuth, bearer};
-use super::connector::{GuardedConnector, SharedAllowList};
-use super::oauth2::TokenCache;
-use super::route::{ClientIdentity, ProxyAddr, Route, RouteKey};
-use super::sender::{OutgoingMessage, SenderOptions};
-use super::signing::WEBHOOK_SIGNATURE;
-use super::{DeliveryError, Resolve, describe_io, parse_retry_after};
-use crate::model::{ErrorKind, Exchange, MASKED, Outcome, Secret, Timestamp};
+use self::auth::{OutboundAuth, bearer};
+use self::oauth2::{TokenCache, TokenError};
+pub use self::retry_after::{RETRY_AFTER_CAP, parse_retry_after};
+use self::route::{ClientIdentity, Route, RouteKey};
+use super::connector::{GuardedConnector, ProxyAddr, SharedAllowList};
+use super::masked::{masked_text, masked_uri, recorded};
+use super::sender::{Connections, OutgoingMessage, SenderOptions};
+use super::{DeliveryError, Resolve, UrlError, describe_io};
+use crate::model::{ErrorKind, Exchange, Outcome, Secret, Timestamp};
 
 /// How much of a failed response's body is kept for the attempt's error text.
 pub const BODY_EXCERPT_BYTES: usize = 200;
@@ -56,8 +63,58 @@ const CONNECTION_LEVEL_HEADERS: [HeaderName; 8] = [
     HeaderName::from_static("proxy-connection"),
 ];
 
-/// Headers whose values the attempt record always masks: credentials and signatures.
-const ALWAYS_MASKED: [HeaderName; 3] = [AUTHORIZATION, PROXY_AUTHORIZATION, WEBHOOK_SIGNATURE];
+/// An `http://` or `https://` destination: the URL, and how the request is made — the method,
+/// the endpoint's credentials (added after every plugin ran) and its route (client
+/// certificate, proxy). None of it is a broker's: a broker's credentials are in its URL.
+#[derive(Clone, PartialEq)]
+pub struct HttpTarget {
+    pub url: Uri,
+    /// `POST`, unless a transform chose `PUT` or `PATCH` for one message.
+    pub method: Method,
+    /// The endpoint's credentials, added as `Authorization` after every plugin ran.
+    pub auth: Option<Arc<OutboundAuth>>,
+    /// The endpoint's client certificate and proxy.
+    pub route: Route,
+}
+
+impl HttpTarget {
+    /// An absolute URL with a host; `POST`, no credentials, the default route. The reason
+    /// never repeats a password.
+    pub(super) fn parse(text: &str) -> Result<HttpTarget, UrlError> {
+        let url: Uri = text
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| UrlError::NotAUrl {
+                url: masked_text(text),
+                reason: e.to_string(),
+            })?;
+        if url.host().is_none_or(str::is_empty) {
+            return Err(UrlError::NoHost(masked_uri(&url)));
+        }
+        Ok(HttpTarget {
+            url,
+            method: Method::POST,
+            auth: None,
+            route: Route::default(),
+        })
+    }
+
+    /// The URL with any credentials shown as `***`.
+    pub fn masked(&self) -> String {
+        masked_uri(&self.url)
+    }
+}
+
+impl fmt::Debug for HttpTarget {
+    /// The URL masked, and whether there are credentials, never what they are.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTarget")
+            .field("url", &self.masked())
+            .field("method", &self.method)
+            .field("auth", &self.auth.is_some())
+            .field("route", &self.route)
+            .finish()
+    }
+}
 
 pub(super) type HttpClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
 
@@ -131,17 +188,21 @@ impl HttpSender {
             inner: Arc::new(inner),
         })
     }
+}
 
+impl Connections for HttpSender {
     /// Replaces the pools, whose idle keep-alive connections were judged under an allow list
     /// that has lost a network since; attempts already running finish on their connection.
-    pub(super) fn drop_pools(&self) {
+    fn drop_connections(&self) {
         // Building the default route's client succeeded at start with the same inputs.
         if let Ok(client) = self.inner.build_client(None, self.inner.default_proxy.clone()) {
             self.inner.client.store(Arc::new(client));
         }
         self.inner.routes().clear();
     }
+}
 
+impl HttpSender {
     /// One attempt: `POST url` with `body` and exactly the caller's `headers`, plus
     /// `Authorization` from the endpoint's credentials, `User-Agent` (unless given), `Host` and
     /// `Content-Length`; connection-level headers the caller passes (`Host`,
@@ -166,28 +227,17 @@ impl HttpSender {
     /// header, never a secret.
     pub(super) async fn send(
         &self,
-        url: &Uri,
+        target: &HttpTarget,
         req: &OutgoingMessage,
         now: Timestamp,
         timeout: Duration,
         deadline: tokio::time::Instant,
     ) -> (Outcome, Exchange) {
-        self.attempt(url, req, now, timeout, deadline).await
-    }
-
-    async fn attempt(
-        &self,
-        url: &Uri,
-        req: &OutgoingMessage,
-        now: Timestamp,
-        timeout: Duration,
-        deadline: tokio::time::Instant,
-    ) -> (Outcome, Exchange) {
-        if let Err(e) = validate_url(url) {
+        if let Err(e) = validate_url(&target.url) {
             let kind = e.kind().unwrap_or(ErrorKind::BlockedAddress);
             return (failed(kind, None, None, e.to_string()), Exchange::default());
         }
-        let client = match self.client_for(&req.route) {
+        let client = match self.client_for(&target.route) {
             Ok(client) => client,
             Err(e) => {
                 return (
@@ -199,7 +249,7 @@ impl HttpSender {
         let mut rejected = None;
         loop {
             let credential = match self
-                .credential(req, &client, now, rejected.as_ref(), deadline)
+                .credential(target, &client, now, rejected.as_ref(), deadline)
                 .await
             {
                 Ok(credential) => credential,
@@ -207,7 +257,7 @@ impl HttpSender {
             };
             let header = credential.as_ref().map(|c| c.header.clone());
             let (outcome, exchange) = self
-                .exchange(&client, url, req, header, now, timeout, deadline)
+                .exchange(&client, target, req, header, now, timeout, deadline)
                 .await;
             // One new token per attempt: a receiver that refuses a fresh one refuses it.
             match credential.and_then(|c| c.oauth_token) {
@@ -223,13 +273,13 @@ impl HttpSender {
     /// is not `rejected` when needed, by `deadline`), or the attempt's `auth` failure.
     async fn credential(
         &self,
-        req: &OutgoingMessage,
+        target: &HttpTarget,
         client: &HttpClient,
         now: Timestamp,
         rejected: Option<&Secret>,
         deadline: tokio::time::Instant,
     ) -> Result<Option<Credential>, Outcome> {
-        let Some(auth) = req.auth.as_deref() else {
+        let Some(auth) = target.auth.as_deref() else {
             return Ok(None);
         };
         let OutboundAuth::OAuth2(oauth) = auth else {
@@ -244,8 +294,8 @@ impl HttpSender {
             tokens.token(oauth, client, &self.inner.user_agent, now, rejected),
         )
         .await
-        .unwrap_or_else(|_| Err("no OAuth2 token within the attempt's timeout".to_owned()))
-        .map_err(|detail| failed(ErrorKind::Auth, None, None, detail))?;
+        .unwrap_or(Err(TokenError::Timeout))
+        .map_err(|e| failed(ErrorKind::Auth, None, None, e.to_string()))?;
         Ok(Some(Credential {
             header: bearer(token.expose()),
             oauth_token: Some(token),
@@ -257,14 +307,14 @@ impl HttpSender {
     async fn exchange(
         &self,
         client: &HttpClient,
-        url: &Uri,
+        target: &HttpTarget,
         req: &OutgoingMessage,
         authorization: Option<HeaderValue>,
         now: Timestamp,
         timeout: Duration,
         deadline: tokio::time::Instant,
     ) -> (Outcome, Exchange) {
-        let request = self.build_request(url, req, authorization);
+        let request = self.build_request(target, req, authorization);
         let mut exchange = Exchange {
             request_headers: recorded(request.headers(), &req.masked),
             ..Exchange::default()
@@ -293,7 +343,7 @@ impl HttpSender {
 
     fn build_request(
         &self,
-        url: &Uri,
+        target: &HttpTarget,
         req: &OutgoingMessage,
         authorization: Option<HeaderValue>,
     ) -> Request<Full<Bytes>> {
@@ -308,8 +358,8 @@ impl HttpSender {
             headers.insert(AUTHORIZATION, value);
         }
         let mut request = Request::new(Full::new(req.body.clone()));
-        *request.method_mut() = req.method.clone();
-        *request.uri_mut() = url.clone();
+        *request.method_mut() = target.method.clone();
+        *request.uri_mut() = target.url.clone();
         *request.headers_mut() = headers;
         request
     }
@@ -399,23 +449,6 @@ fn tls_config(
         None => Ok(builder.with_no_client_auth()),
         Some(id) => builder.with_client_auth_cert(id.chain(), id.key()),
     }
-}
-
-/// Headers as the attempt record keeps them: values of `masked`, credentials and signatures
-/// replaced by [`MASKED`], others as lossy text.
-pub(super) fn recorded(headers: &HeaderMap, masked: &[HeaderName]) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .map(|(name, value)| {
-            let hidden = ALWAYS_MASKED.contains(name) || masked.contains(name) || value.is_sensitive();
-            let shown = if hidden {
-                MASKED.to_owned()
-            } else {
-                String::from_utf8_lossy(value.as_bytes()).into_owned()
-            };
-            (name.as_str().to_owned(), shown)
-        })
-        .collect()
 }
 
 /// `Ok` for an absolute `http` or `https` URL with a host: the only URLs the gateway
@@ -660,29 +693,6 @@ mod tests {
             let err = validate_url(&uri(bad)).unwrap_err();
             assert_eq!(err.kind(), Some(ErrorKind::BlockedAddress), "{bad}");
         }
-    }
-
-    #[test]
-    fn the_record_masks_credentials_signatures_and_named_headers() {
-        let sent = headers(&[
-            ("authorization", "Bearer t"),
-            ("proxy-authorization", "Basic p"),
-            ("webhook-signature", "v1,abc"),
-            ("x-api-key", "k"),
-            ("webhook-id", "msg_1"),
-        ]);
-        let got = recorded(&sent, &[HeaderName::from_static("x-api-key")]);
-        let shown: Vec<(&str, &str)> = got.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        assert_eq!(
-            shown,
-            vec![
-                ("authorization", MASKED),
-                ("proxy-authorization", MASKED),
-                ("webhook-signature", MASKED),
-                ("x-api-key", MASKED),
-                ("webhook-id", "msg_1"),
-            ]
-        );
     }
 
     #[test]

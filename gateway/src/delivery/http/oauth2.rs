@@ -19,7 +19,7 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use sha2::{Digest as _, Sha256};
 
 use super::auth::{OAuth2Client, header_safe};
-use super::http::{HttpClient, classify_client_error};
+use super::{HttpClient, classify_client_error};
 use crate::model::{Secret, Timestamp};
 
 /// A token is renewed this long before the server says it expires (at most half its lifetime),
@@ -38,6 +38,32 @@ struct Token {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Token>>>;
 
+/// Why an attempt has no token: the attempt's `auth` failure. The text names the token URL's
+/// host and the server's OAuth error code, never a credential or the server's free text.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TokenError {
+    #[error("OAuth2 token request to {url}: {why}")]
+    Failed { url: String, why: TokenFailure },
+    #[error("no OAuth2 token within the attempt's timeout")]
+    Timeout,
+}
+
+/// What went wrong with a token request.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TokenFailure {
+    /// The request got no answer (its text is the connection's failure).
+    #[error("{0}")]
+    Request(String),
+    #[error("the response could not be read")]
+    Unreadable,
+    /// The server refused, with RFC 6749's `error` code when it gave a plain one.
+    #[error("HTTP {status}{}", code.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
+    Refused { status: u16, code: Option<String> },
+    /// A success whose body holds no usable token.
+    #[error("{0}")]
+    Answer(&'static str),
+}
+
 /// The tokens of every OAuth2 client the gateway's endpoints use.
 #[derive(Default)]
 pub(super) struct TokenCache {
@@ -54,7 +80,7 @@ impl TokenCache {
         user_agent: &HeaderValue,
         now: Timestamp,
         rejected: Option<&Secret>,
-    ) -> Result<Secret, String> {
+    ) -> Result<Secret, TokenError> {
         let slot = self.slot(client);
         let mut cached = slot.lock().await;
         if let Some(token) = cached.as_ref()
@@ -108,26 +134,29 @@ async fn fetch(
     http: &HttpClient,
     user_agent: &HeaderValue,
     now: Timestamp,
-) -> Result<Token, String> {
-    let failed = |why: String| format!("OAuth2 token request to {}: {why}", shown_url(client));
+) -> Result<Token, TokenError> {
+    let failed = |why: TokenFailure| TokenError::Failed {
+        url: shown_url(client),
+        why,
+    };
     let response = http
         .request(token_request(client, user_agent))
         .await
-        .map_err(|e| failed(classify_client_error(&e).1))?;
+        .map_err(|e| failed(TokenFailure::Request(classify_client_error(&e).1)))?;
     let status = response.status();
     let body = Limited::new(response.into_body(), MAX_TOKEN_RESPONSE_BYTES)
         .collect()
         .await
         .map(|b| b.to_bytes())
-        .map_err(|_| failed("the response could not be read".to_owned()))?;
+        .map_err(|_| failed(TokenFailure::Unreadable))?;
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if !status.is_success() {
-        let code = oauth_error_code(&json)
-            .map(|c| format!(" ({c})"))
-            .unwrap_or_default();
-        return Err(failed(format!("HTTP {}{code}", status.as_u16())));
+        return Err(failed(TokenFailure::Refused {
+            status: status.as_u16(),
+            code: oauth_error_code(&json).map(str::to_owned),
+        }));
     }
-    token_of(&json, now).map_err(|why| failed(why.to_owned()))
+    token_of(&json, now).map_err(|why| failed(TokenFailure::Answer(why)))
 }
 
 fn token_request(client: &OAuth2Client, user_agent: &HeaderValue) -> Request<Full<Bytes>> {
@@ -212,6 +241,30 @@ mod tests {
         assert_eq!(short.renew_at, Some(NOW.plus(Duration::from_secs(10))));
         let forever = token_of(&json!({"access_token": "a"}), NOW).unwrap();
         assert_eq!(forever.renew_at, None);
+    }
+
+    #[test]
+    fn a_failure_reads_as_the_token_url_and_what_went_wrong() {
+        let refused = TokenError::Failed {
+            url: "https://idp.example/token".to_owned(),
+            why: TokenFailure::Refused {
+                status: 401,
+                code: Some("invalid_client".to_owned()),
+            },
+        };
+        assert_eq!(
+            refused.to_string(),
+            "OAuth2 token request to https://idp.example/token: HTTP 401 (invalid_client)"
+        );
+        let bare = TokenFailure::Refused {
+            status: 500,
+            code: None,
+        };
+        assert_eq!(bare.to_string(), "HTTP 500");
+        assert_eq!(
+            TokenError::Timeout.to_string(),
+            "no OAuth2 token within the attempt's timeout"
+        );
     }
 
     #[test]

@@ -25,27 +25,27 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Why an attempt failed on the transport: its error kind and a short text for people
 /// (never a secret).
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Failure {
-    pub(super) kind: ErrorKind,
-    pub(super) detail: String,
+pub(in crate::delivery) struct Failure {
+    pub(in crate::delivery) kind: ErrorKind,
+    pub(in crate::delivery) detail: String,
 }
 
 impl Failure {
-    pub(super) fn connect(detail: impl Into<String>) -> Failure {
+    pub(in crate::delivery) fn connect(detail: impl Into<String>) -> Failure {
         Failure {
             kind: ErrorKind::Connect,
             detail: detail.into(),
         }
     }
 
-    pub(super) fn rejected(detail: impl Into<String>) -> Failure {
+    pub(in crate::delivery) fn rejected(detail: impl Into<String>) -> Failure {
         Failure {
             kind: ErrorKind::Rejected,
             detail: detail.into(),
         }
     }
 
-    pub(super) fn timeout(detail: impl Into<String>) -> Failure {
+    pub(in crate::delivery) fn timeout(detail: impl Into<String>) -> Failure {
         Failure {
             kind: ErrorKind::Timeout,
             detail: detail.into(),
@@ -55,12 +55,12 @@ impl Failure {
 
 /// A connection a link holds: cheap to clone (a handle), and able to say whether it still
 /// works.
-pub(super) trait Live: Clone + Send + 'static {
+pub(in crate::delivery) trait Live: Clone + Send + 'static {
     fn is_open(&self) -> bool;
 }
 
 /// The links of one transport, by broker.
-pub(super) struct Links<K, C> {
+pub(in crate::delivery) struct Links<K, C> {
     links: Mutex<HashMap<K, Arc<tokio::sync::Mutex<Link<C>>>>>,
 }
 
@@ -72,7 +72,7 @@ struct Link<C> {
 }
 
 impl<K: Eq + Hash + Clone, C: Live> Links<K, C> {
-    pub(super) fn new() -> Self {
+    pub(in crate::delivery) fn new() -> Self {
         Links {
             links: Mutex::new(HashMap::new()),
         }
@@ -80,7 +80,12 @@ impl<K: Eq + Hash + Clone, C: Live> Links<K, C> {
 
     /// The open connection to `key`, made now with `connect` if there is none and the
     /// backoff allows, all by `deadline`.
-    pub(super) async fn get<F, Fut>(&self, key: &K, deadline: Instant, connect: F) -> Result<C, Failure>
+    pub(in crate::delivery) async fn get<F, Fut>(
+        &self,
+        key: &K,
+        deadline: Instant,
+        connect: F,
+    ) -> Result<C, Failure>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<C, Failure>>,
@@ -131,7 +136,7 @@ impl<K: Eq + Hash + Clone, C: Live> Links<K, C> {
 
     /// Forgets every connection (the allow list lost a network: a link made under the old
     /// list may reach an address that is now refused).
-    pub(super) fn clear(&self) {
+    pub(in crate::delivery) fn clear(&self) {
         self.lock().clear();
     }
 
