@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::checker::{self, Acked, Freeze, Limits, Verdict};
+use super::checker::{self, Acked, Freeze, Limits, Restart, Verdict};
 use super::http::{self, Reply};
 use super::node::Node;
 use super::pg::PrivatePostgres;
@@ -56,6 +56,7 @@ pub(crate) struct Rig {
     pub(crate) lease: Duration,
     pub(crate) endpoints: Vec<EndpointSpec>,
     pub(crate) freezes: Vec<Freeze>,
+    pub(crate) restarts: Vec<Restart>,
     /// The database the nodes share, straight (not through a proxy).
     pub(crate) db_url: String,
     _dir: tempfile::TempDir,
@@ -114,6 +115,7 @@ impl Rig {
             lease: options.lease,
             endpoints: options.endpoints,
             freezes: Vec::new(),
+            restarts: Vec::new(),
             db_url: pg.url(database),
             _dir: dir,
         };
@@ -269,6 +271,15 @@ impl Rig {
         });
     }
 
+    /// Starts a killed node again, remembered for the checker's count of the rate.
+    pub(crate) fn respawn(&mut self, i: usize) {
+        self.nodes[i].spawn();
+        self.restarts.push(Restart {
+            node: self.nodes[i].name.clone(),
+            at: Instant::now(),
+        });
+    }
+
     /// SIGCONT, remembered with the node's latest freeze.
     pub(crate) fn thaw(&mut self, i: usize) {
         self.nodes[i].thaw();
@@ -346,6 +357,7 @@ impl Rig {
             &self.receiver.most_at_once(),
             &self.limits(),
             &self.freezes,
+            &self.restarts,
         )
     }
 

@@ -692,7 +692,7 @@ fn note(actions: &mut Vec<String>, action: String) {
 
 fn end_fault(rig: &mut Rig, i: usize, fault: Fault) {
     match fault {
-        Fault::Killed => rig.nodes[i].spawn(),
+        Fault::Killed => rig.respawn(i),
         Fault::Frozen => rig.thaw(i),
         Fault::Cut => rig.proxies[i].heal(),
         Fault::Delayed => rig.proxies[i].delay(Duration::ZERO),
