@@ -9,6 +9,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
+use super::error::{ErrorBody, NoSuchDelivery};
 use super::extract::{Path, Query};
 use super::views::{AttemptView, DeliveryDetailView, DeliveryList, DeliveryView, Summary};
 use super::{ApiError, AppState};
@@ -62,7 +63,7 @@ pub(super) fn parse_delivery_id(text: &str) -> Result<DeliveryId, ApiError> {
     params(ListQuery),
     responses(
         (status = 200, description = "A page of deliveries", body = DeliveryList),
-        (status = 400, description = "A bad filter", body = super::error::ErrorBody),
+        (status = 400, description = "A bad filter", body = ErrorBody),
     )
 )]
 async fn list_deliveries(
@@ -197,7 +198,7 @@ async fn summary(
     params(("id" = String, Path, description = "dlv_<n>")),
     responses(
         (status = 200, description = "The delivery", body = DeliveryDetailView),
-        (status = 404, description = "No such delivery", body = super::error::ErrorBody),
+        NoSuchDelivery,
     )
 )]
 async fn get_delivery(
@@ -232,8 +233,8 @@ async fn get_delivery(
     params(("id" = String, Path, description = "dlv_<n>")),
     responses(
         (status = 202, description = "Queued for now", body = DeliveryView),
-        (status = 404, description = "No such delivery", body = super::error::ErrorBody),
-        (status = 409, description = "An attempt is running now, or the endpoint is paused/disabled", body = super::error::ErrorBody),
+        NoSuchDelivery,
+        (status = 409, description = "An attempt is running now, or the endpoint is paused/disabled", body = ErrorBody),
     )
 )]
 async fn redeliver(

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use axum::Extension;
 
 use super::auth::Caller;
-use super::endpoints::visible;
-use super::error::FieldProblem;
+use super::endpoints::{EndpointName, visible};
+use super::error::{ErrorBody, FieldProblem, NoSuchEndpoint};
 use super::extract::{BodyBytes, Path};
 use super::views::{FilterTestOutcome, RecentOutcome};
 use super::{ApiError, AppState};
@@ -67,11 +67,11 @@ pub(crate) struct SampleEvent {
 /// passes, and why) and on the endpoint's `recent` events (how many it would let through).
 /// Changes nothing.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/filter/test", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     request_body(content = Option<FilterTestIn>, description = "Optional candidate filter, sample event and number of recent events"),
     responses((status = 200, description = "How the filter judges them", body = FilterTestOutcome),
-              (status = 400, description = "The candidate filter is invalid (`problems` names each mistake's path)", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
+              (status = 400, description = "The candidate filter is invalid (`problems` names each mistake's path)", body = ErrorBody),
+              NoSuchEndpoint))]
 async fn test_filter(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

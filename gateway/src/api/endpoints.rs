@@ -18,6 +18,7 @@ use axum::Extension;
 use utoipa::IntoParams;
 
 use super::auth::Caller;
+use super::error::{DeclaredInFile, ErrorBody, NameTaken, NoSuchEndpoint};
 use super::events::read_body;
 use super::extract::{BodyBytes, Path, Query};
 use super::idempotency::{self, Begin};
@@ -97,6 +98,18 @@ pub(super) async fn visible(
     state.endpoints.get(name).await?.ok_or_else(not_found)
 }
 
+/// The `{name}` of an endpoint's paths, as the operations document it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct EndpointName {
+    /// The endpoint's name
+    #[expect(
+        dead_code,
+        reason = "documents the path parameter; handlers take it as a String"
+    )]
+    name: String,
+}
+
 /// The most endpoints one page of the list holds, and how many it holds unless asked.
 const MAX_PAGE: u32 = 500;
 const DEFAULT_PAGE: u32 = 100;
@@ -123,7 +136,7 @@ pub(crate) struct ListQuery {
 /// is created or deleted meanwhile.
 #[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", params(ListQuery),
     responses((status = 200, description = "A page of endpoints, by name", body = EndpointList),
-              (status = 400, description = "A bad limit, cursor or source", body = super::error::ErrorBody)))]
+              (status = 400, description = "A bad limit, cursor or source", body = ErrorBody)))]
 async fn list_endpoints(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -319,9 +332,9 @@ fn cursor_name(cursor: &str) -> Result<String, ApiError> {
 
 /// One endpoint: state, counters and state history (newest 100 changes).
 #[utoipa::path(get, path = "/v1/endpoints/{name}", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     responses((status = 200, description = "The endpoint", body = EndpointView),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
+              NoSuchEndpoint))]
 async fn get_endpoint(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -345,9 +358,9 @@ fn json_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>
 #[utoipa::path(post, path = "/v1/endpoints", tag = "endpoints",
     request_body(content = Object, description = "The endpoint's keys, as in the config file, plus name, tenant, description, secret"),
     responses((status = 201, description = "Created; `secret` is shown this once", body = SavedEndpoint),
-              (status = 400, description = "A key is invalid (`problems` names each), or the URL is a blocked address", body = super::error::ErrorBody),
-              (status = 403, description = "A tenant's key asked for another tenant", body = super::error::ErrorBody),
-              (status = 409, description = "The name is taken", body = super::error::ErrorBody)))]
+              (status = 400, description = "A key is invalid (`problems` names each), or the URL is a blocked address", body = ErrorBody),
+              (status = 403, description = "A tenant's key asked for another tenant", body = ErrorBody),
+              NameTaken))]
 async fn create_endpoint(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -364,12 +377,12 @@ async fn create_endpoint(
 /// removes one; a `filter` replaces the old one whole). Applies from the next attempt, like
 /// an edit of the config file.
 #[utoipa::path(patch, path = "/v1/endpoints/{name}", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     request_body(content = Object, description = "A JSON merge patch of the endpoint's keys"),
     responses((status = 200, description = "The endpoint as changed", body = SavedEndpoint),
-              (status = 400, description = "A key is invalid, or the URL is a blocked address", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Declared in the config file", body = super::error::ErrorBody)))]
+              (status = 400, description = "A key is invalid, or the URL is a blocked address", body = ErrorBody),
+              NoSuchEndpoint,
+              DeclaredInFile))]
 async fn update_endpoint(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -387,10 +400,10 @@ async fn update_endpoint(
 /// Deletes an endpoint created through the API. Its waiting deliveries end `failed` with
 /// `endpoint_removed`; its deliveries stay readable until retention removes them.
 #[utoipa::path(delete, path = "/v1/endpoints/{name}", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     responses((status = 204, description = "Deleted"),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Declared in the config file", body = super::error::ErrorBody)))]
+              NoSuchEndpoint,
+              DeclaredInFile))]
 async fn delete_endpoint(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -417,12 +430,12 @@ pub(crate) struct RotateIn {
 /// overlap ends both secrets sign (two signatures in `webhook-signature`), so the receiver can
 /// switch to the new one without refusing a delivery.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/secret/rotate", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     request_body(content = Option<RotateIn>, description = "Optional secret and overlap"),
     responses((status = 200, description = "Rotated; `secret` is shown this once", body = SavedEndpoint),
-              (status = 400, description = "A bad secret or overlap", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Declared in the config file", body = super::error::ErrorBody)))]
+              (status = 400, description = "A bad secret or overlap", body = ErrorBody),
+              NoSuchEndpoint,
+              DeclaredInFile))]
 async fn rotate_secret(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -472,10 +485,10 @@ pub(crate) struct TestIn {
 /// Sends a test event now and answers with the attempt's outcome — 200 whether or not the
 /// endpoint accepted it. Changes no state or counter.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/test", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     request_body(content = Option<TestIn>, description = "Optional type and payload"),
     responses((status = 200, description = "The attempt's outcome", body = TestOutcome),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
+              NoSuchEndpoint))]
 async fn test_endpoint(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -583,14 +596,14 @@ pub(crate) struct ReplayIn {
 /// Re-sends the endpoint's matching events of a time window. Needs an `Idempotency-Key`: the
 /// same key and body answer the same, and nothing is sent twice.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/replay", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name"),
+    params(EndpointName,
            ("Idempotency-Key" = String, Header, description = "Required")),
     request_body = ReplayIn,
     responses((status = 202, description = "Queued", body = ReplayOutcome),
-              (status = 400, description = "No Idempotency-Key, or the window is too large", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Endpoint paused/disabled, or the key is in use", body = super::error::ErrorBody),
-              (status = 422, description = "The key was used for another request", body = super::error::ErrorBody)))]
+              (status = 400, description = "No Idempotency-Key, or the window is too large", body = ErrorBody),
+              NoSuchEndpoint,
+              (status = 409, description = "Endpoint paused/disabled, or the key is in use", body = ErrorBody),
+              (status = 422, description = "The key was used for another request", body = ErrorBody)))]
 async fn replay(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -655,10 +668,10 @@ pub(crate) struct ReplayPreview {
 /// How many events a replay of this window would send, without sending anything (the console
 /// shows it before the operator confirms).
 #[utoipa::path(get, path = "/v1/endpoints/{name}/replay/preview", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name"), ReplayPreviewQuery),
+    params(EndpointName, ReplayPreviewQuery),
     responses((status = 200, description = "What a replay would send", body = ReplayPreview),
-              (status = 400, description = "A bad window", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
+              (status = 400, description = "A bad window", body = ErrorBody),
+              NoSuchEndpoint))]
 async fn replay_preview(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -694,11 +707,11 @@ pub(crate) struct ReenableIn {
 
 /// Makes a paused or disabled endpoint active again, optionally replaying what it missed.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/reenable", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     request_body(content = Option<ReenableIn>, description = "Optional replay_since"),
     responses((status = 200, description = "Active again", body = Reenabled),
-              (status = 400, description = "replay_since too far back", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody)))]
+              (status = 400, description = "replay_since too far back", body = ErrorBody),
+              NoSuchEndpoint))]
 async fn reenable(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -725,10 +738,10 @@ async fn reenable(
 /// Sends the endpoint's dead deliveries again (at most 10 000 per call), each with a fresh
 /// attempt counter.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/redrive", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name")),
+    params(EndpointName),
     responses((status = 202, description = "Queued", body = Redriven),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Endpoint paused or disabled", body = super::error::ErrorBody)))]
+              NoSuchEndpoint,
+              (status = 409, description = "Endpoint paused or disabled", body = ErrorBody)))]
 async fn redrive(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

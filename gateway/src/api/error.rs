@@ -39,6 +39,26 @@ pub(crate) struct ErrorBody {
     error: ErrorDetail,
 }
 
+/// Declares error answers that several operations document alike, each a type the operations
+/// name in their `responses(…)`: the status, what it means, and the one error body.
+macro_rules! documented_errors {
+    ($($name:ident = $status:literal, $description:literal;)*) => {$(
+        #[derive(utoipa::IntoResponses)]
+        #[response(status = $status, description = $description)]
+        pub(crate) struct $name(#[expect(dead_code, reason = "documents the answer's body")] ErrorBody);
+    )*};
+}
+
+documented_errors! {
+    NoSuchEndpoint = 404, "No such endpoint";
+    NoSuchType = 404, "No such type";
+    NoSuchPolicy = 404, "No such policy";
+    NoSuchDelivery = 404, "No such delivery";
+    DeclaredInFile = 409, "Declared in the config file";
+    NameTaken = 409, "The name is taken";
+    HeadBusy = 409, "Not ordered, an attempt of the head is running, or another node delivers the endpoint";
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorDetail {
     /// Stable, snake_case: scripts may match on it.

@@ -9,6 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::error::{ErrorBody, NameTaken, NoSuchType};
 use super::extract::{Json, Path, Query};
 use super::views::EventTypeView;
 use super::{ApiError, AppState};
@@ -96,8 +97,8 @@ async fn list_event_types(
 /// version's schema (400 `payload_schema_mismatch` otherwise).
 #[utoipa::path(post, path = "/v1/event-types", tag = "event-types", request_body = EventTypeIn,
     responses((status = 201, description = "Created", body = EventTypeView),
-              (status = 400, description = "A bad name or schema", body = super::error::ErrorBody),
-              (status = 409, description = "The name is taken", body = super::error::ErrorBody)))]
+              (status = 400, description = "A bad name or schema", body = ErrorBody),
+              NameTaken))]
 async fn create_event_type(
     State(state): State<AppState>,
     Json(mut input): Json<EventTypeIn>,
@@ -113,7 +114,7 @@ async fn create_event_type(
 #[utoipa::path(get, path = "/v1/event-types/{name}", tag = "event-types",
     params(("name" = String, Path, description = "The event type")),
     responses((status = 200, description = "The type", body = EventTypeView),
-              (status = 404, description = "No such type", body = super::error::ErrorBody)))]
+              NoSuchType))]
 async fn get_event_type(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -125,7 +126,7 @@ async fn get_event_type(
 #[utoipa::path(patch, path = "/v1/event-types/{name}", tag = "event-types",
     params(("name" = String, Path, description = "The event type")), request_body = EventTypeIn,
     responses((status = 200, description = "The changed type", body = EventTypeView),
-              (status = 404, description = "No such type", body = super::error::ErrorBody)))]
+              NoSuchType))]
 async fn patch_event_type(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -157,7 +158,7 @@ pub(crate) struct DeleteQuery {
 #[utoipa::path(delete, path = "/v1/event-types/{name}", tag = "event-types",
     params(("name" = String, Path, description = "The event type"), DeleteQuery),
     responses((status = 204, description = "Archived or removed"),
-              (status = 404, description = "No such type", body = super::error::ErrorBody)))]
+              NoSuchType))]
 async fn delete_event_type(
     State(state): State<AppState>,
     Path(name): Path<String>,

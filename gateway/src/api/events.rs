@@ -14,6 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
+use super::error::ErrorBody;
 use super::extract::{Path, Query};
 use super::idempotency::{self, Begin};
 use super::views::{DeliveryView, EventView};
@@ -539,6 +540,20 @@ impl IngestSpanState {
     }
 }
 
+/// The refusals both ways of ingesting document alike.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "documents the answers; ApiError makes them")]
+enum IngestRefusals {
+    #[response(status = 404, description = "Unknown topic")]
+    UnknownTopic(ErrorBody),
+    #[response(status = 408, description = "The body arrived too slowly")]
+    BodyTooSlow(ErrorBody),
+    #[response(status = 413, description = "Body over the limit")]
+    BodyTooLarge(ErrorBody),
+    #[response(status = 503, description = "Overloaded or storage unavailable")]
+    Overloaded(ErrorBody),
+}
+
 /// Ingest one event.
 ///
 /// JSON bodies are the structured form. Any other `Content-Type` is taken raw: the body is the
@@ -554,14 +569,11 @@ impl IngestSpanState {
     request_body(content = EventIn, description = "The structured form; or any non-JSON body with an Event-Type header"),
     responses(
         (status = 202, description = "Committed", body = Accepted),
-        (status = 400, description = "Malformed", body = super::error::ErrorBody),
-        (status = 404, description = "Unknown topic", body = super::error::ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = super::error::ErrorBody),
-        (status = 409, description = "Duplicate id or idempotency key in use", body = super::error::ErrorBody),
-        (status = 413, description = "Body over the limit", body = super::error::ErrorBody),
-        (status = 422, description = "Idempotency key reused with another body", body = super::error::ErrorBody),
-        (status = 429, description = "Rate limited", body = super::error::ErrorBody),
-        (status = 503, description = "Overloaded or storage unavailable", body = super::error::ErrorBody),
+        (status = 400, description = "Malformed", body = ErrorBody),
+        (status = 409, description = "Duplicate id or idempotency key in use", body = ErrorBody),
+        (status = 422, description = "Idempotency key reused with another body", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+        IngestRefusals,
     )
 )]
 async fn ingest_one(
@@ -654,12 +666,9 @@ async fn ingest_one_traced(
     request_body = BatchIn,
     responses(
         (status = 202, description = "Committed", body = BatchAccepted),
-        (status = 400, description = "Malformed or too many events", body = super::error::ErrorBody),
-        (status = 404, description = "Unknown topic", body = super::error::ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = super::error::ErrorBody),
-        (status = 409, description = "A duplicate id", body = super::error::ErrorBody),
-        (status = 413, description = "Body over the limit", body = super::error::ErrorBody),
-        (status = 503, description = "Overloaded or storage unavailable", body = super::error::ErrorBody),
+        (status = 400, description = "Malformed or too many events", body = ErrorBody),
+        (status = 409, description = "A duplicate id", body = ErrorBody),
+        IngestRefusals,
     )
 )]
 async fn ingest_batch(
@@ -705,8 +714,8 @@ pub(crate) struct EventQuery {
     params(("id" = String, Path, description = "The event id"), EventQuery),
     responses(
         (status = 200, description = "The event", body = EventView),
-        (status = 404, description = "No such event", body = super::error::ErrorBody),
-        (status = 409, description = "The id exists in several topics: pass ?topic=", body = super::error::ErrorBody),
+        (status = 404, description = "No such event", body = ErrorBody),
+        (status = 409, description = "The id exists in several topics: pass ?topic=", body = ErrorBody),
     )
 )]
 async fn get_event(

@@ -14,7 +14,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
-use super::endpoints::visible;
+use super::endpoints::{EndpointName, visible};
+use super::error::{ErrorBody, HeadBusy, NoSuchEndpoint};
 use super::events::read_body;
 use super::extract::{Path, Query};
 use super::{ApiError, AppState};
@@ -154,11 +155,11 @@ fn cursor_key(cursor: &str) -> Result<String, ApiError> {
 /// An ordered endpoint's ordering keys in key order: each key's state, its head (delivery,
 /// attempts, next attempt, last error), how many events wait behind it and since when.
 #[utoipa::path(get, path = "/v1/endpoints/{name}/ordering-keys", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name"), KeysQuery),
+    params(EndpointName, KeysQuery),
     responses((status = 200, description = "A page of keys", body = OrderingKeyList),
-              (status = 400, description = "A bad filter or cursor", body = super::error::ErrorBody),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "The endpoint is not ordered", body = super::error::ErrorBody)))]
+              (status = 400, description = "A bad filter or cursor", body = ErrorBody),
+              NoSuchEndpoint,
+              (status = 409, description = "The endpoint is not ordered", body = ErrorBody)))]
 async fn list_keys(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -214,12 +215,12 @@ pub(crate) struct KeyActionOut {
 /// Skips the key's head: it ends as a dead letter with reason `skipped` and the key's next
 /// event goes at once. On a held key, the same as release.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/ordering-keys/{key}/skip", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name"),
+    params(EndpointName,
            ("key" = String, Path, description = "The ordering key")),
     request_body(content = Option<KeyActionIn>, description = "Optional: the head meant"),
     responses((status = 200, description = "Done, or nothing to do", body = KeyActionOut),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Not ordered, an attempt of the head is running, or another node delivers the endpoint", body = super::error::ErrorBody)))]
+              NoSuchEndpoint,
+              HeadBusy))]
 async fn skip_head(
     State(state): State<AppState>,
     Path((name, key)): Path<(String, String)>,
@@ -231,12 +232,12 @@ async fn skip_head(
 /// Attempts the key's head now (a new round of its policy when it had finally failed, on a
 /// held key).
 #[utoipa::path(post, path = "/v1/endpoints/{name}/ordering-keys/{key}/retry", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name"),
+    params(EndpointName,
            ("key" = String, Path, description = "The ordering key")),
     request_body(content = Option<KeyActionIn>, description = "Optional: the head meant"),
     responses((status = 200, description = "Done, or nothing to do", body = KeyActionOut),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Not ordered, an attempt of the head is running, or another node delivers the endpoint", body = super::error::ErrorBody)))]
+              NoSuchEndpoint,
+              HeadBusy))]
 async fn retry_head(
     State(state): State<AppState>,
     Path((name, key)): Path<(String, String)>,
@@ -247,12 +248,12 @@ async fn retry_head(
 
 /// Moves a held key on: its failed head stays a dead letter, the next event goes.
 #[utoipa::path(post, path = "/v1/endpoints/{name}/ordering-keys/{key}/release", tag = "endpoints",
-    params(("name" = String, Path, description = "The endpoint's name"),
+    params(EndpointName,
            ("key" = String, Path, description = "The ordering key")),
     request_body(content = Option<KeyActionIn>, description = "Optional: the head meant"),
     responses((status = 200, description = "Done, or nothing to do", body = KeyActionOut),
-              (status = 404, description = "No such endpoint", body = super::error::ErrorBody),
-              (status = 409, description = "Not ordered, or another node delivers the endpoint", body = super::error::ErrorBody)))]
+              NoSuchEndpoint,
+              (status = 409, description = "Not ordered, or another node delivers the endpoint", body = ErrorBody)))]
 async fn release_key(
     State(state): State<AppState>,
     Path((name, key)): Path<(String, String)>,

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::error::NoSuchPolicy;
 use super::extract::Path;
 use super::{ApiError, AppState};
 use crate::policy;
@@ -78,7 +79,7 @@ fn seconds(d: std::time::Duration) -> serde_json::Number {
 #[utoipa::path(get, path = "/v1/policies/{name}/chart.svg", tag = "policies",
     params(("name" = String, Path, description = "A preset or a configured policy")),
     responses((status = 200, description = "The chart", content_type = "image/svg+xml", body = String),
-              (status = 404, description = "No such policy", body = super::error::ErrorBody)))]
+              NoSuchPolicy))]
 async fn chart(State(state): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let config = state.config.load();
     let policy = config
@@ -93,7 +94,7 @@ async fn chart(State(state): State<AppState>, Path(name): Path<String>) -> Resul
 #[utoipa::path(get, path = "/v1/policies/{name}/preview", tag = "policies",
     params(("name" = String, Path, description = "A preset or a configured policy")),
     responses((status = 200, description = "The schedule", body = PreviewView),
-              (status = 404, description = "No such policy", body = super::error::ErrorBody)))]
+              NoSuchPolicy))]
 async fn preview(
     State(state): State<AppState>,
     Path(name): Path<String>,

@@ -462,6 +462,37 @@ pub struct EndpointPage {
     pub descending: bool,
 }
 
+/// The columns of an `api_endpoints` row, in the order both stores read them.
+const API_ENDPOINT_COLUMNS: &str =
+    "name, tenant, spec, uid, retiring_secret, retiring_until, version, created_at, updated_at";
+
+impl EndpointPage {
+    /// The query of this page, with `params` the backend's placeholders of the tenant, the
+    /// cursor and the limit (a text type where the database cannot infer one): a condition per
+    /// filter given, none for one left out. `p IS NULL OR name > p` would keep the database
+    /// from starting its index scan at the cursor, so a page would cost as much as the
+    /// endpoints before it.
+    fn sql(&self, [tenant, after, limit]: [&str; 3]) -> String {
+        let (past, order) = if self.descending {
+            ("<", "DESC")
+        } else {
+            (">", "ASC")
+        };
+        let tenant = match self.tenant {
+            Some(_) => format!("tenant = {tenant}"),
+            None => format!("{tenant} IS NULL"),
+        };
+        let cursor = match self.after {
+            Some(_) => format!("name {past} {after}"),
+            None => format!("{after} IS NULL"),
+        };
+        format!(
+            "SELECT {API_ENDPOINT_COLUMNS} FROM api_endpoints
+             WHERE {tenant} AND {cursor} ORDER BY name {order} LIMIT {limit}"
+        )
+    }
+}
+
 impl std::fmt::Debug for ApiEndpointRow {
     /// Without `spec` and the retiring secret: both hold secrets.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -400,34 +400,6 @@ fn opt_ts(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Timestamp>> {
     Ok(row.get::<_, Option<i64>>(idx)?.map(Timestamp::from_millis))
 }
 
-/// The query of a page of endpoints (`?1` tenant, `?2` cursor, `?3` limit): a condition per
-/// filter given, none for one left out — `?2 IS NULL OR name > ?2` would make SQLite walk the
-/// names from the first to the cursor, so a page cost as much as the endpoints before it.
-fn endpoint_page_sql(page: &EndpointPage) -> String {
-    let (after, order) = if page.descending {
-        ("<", "DESC")
-    } else {
-        (">", "ASC")
-    };
-    let tenant = if page.tenant.is_some() {
-        "tenant = ?1"
-    } else {
-        "?1 IS NULL"
-    };
-    let cursor = if page.after.is_some() {
-        format!("name {after} ?2")
-    } else {
-        "?2 IS NULL".to_owned()
-    };
-    format!(
-        "SELECT {API_ENDPOINT_COLUMNS} FROM api_endpoints
-         WHERE {tenant} AND {cursor} ORDER BY name {order} LIMIT ?3"
-    )
-}
-
-const API_ENDPOINT_COLUMNS: &str =
-    "name, tenant, spec, uid, retiring_secret, retiring_until, version, created_at, updated_at";
-
 fn api_endpoint_from_row(r: &Row<'_>) -> rusqlite::Result<ApiEndpointRow> {
     let retiring = match (r.get::<_, Option<String>>(4)?, opt_ts(r, 5)?) {
         (Some(secret), Some(until)) => Some((secret, until)),
@@ -1401,7 +1373,7 @@ impl Store for SqliteStore {
     async fn api_endpoint_page(&self, page: EndpointPage) -> StoreResult<Vec<ApiEndpointRow>> {
         let sealer = self.sealer.clone();
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&endpoint_page_sql(&page))?;
+            let mut stmt = conn.prepare_cached(&page.sql(["?1", "?2", "?3"]))?;
             let rows = stmt
                 .query_map(
                     params![page.tenant, page.after, page.limit],
@@ -2003,7 +1975,7 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::migrations::migrate(&mut conn).unwrap();
         let plan = |page: &EndpointPage| -> String {
-            let sql = format!("EXPLAIN QUERY PLAN {}", endpoint_page_sql(page));
+            let sql = format!("EXPLAIN QUERY PLAN {}", page.sql(["?1", "?2", "?3"]));
             let mut stmt = conn.prepare(&sql).unwrap();
             let rows = stmt
                 .query_map(params![page.tenant, page.after, page.limit], |r| {

@@ -217,9 +217,6 @@ fn opt_ts(row: &Row, idx: usize) -> Option<Timestamp> {
     row.get::<_, Option<i64>>(idx).map(Timestamp::from_millis)
 }
 
-const API_ENDPOINT_COLUMNS: &str =
-    "name, tenant, spec, uid, retiring_secret, retiring_until, version, created_at, updated_at";
-
 fn api_endpoint_from_row(r: &Row) -> ApiEndpointRow {
     ApiEndpointRow {
         name: r.get(0),
@@ -1404,29 +1401,9 @@ impl Store for PgStore {
 
     async fn api_endpoint_page(&self, page: EndpointPage) -> StoreResult<Vec<ApiEndpointRow>> {
         let conn = self.conn().await?;
-        let (after, order) = if page.descending {
-            ("<", "DESC")
-        } else {
-            (">", "ASC")
-        };
-        // A condition per filter given (an `OR` around the cursor would keep the planner from
-        // starting the index scan at it).
-        let tenant = if page.tenant.is_some() {
-            "tenant = $1"
-        } else {
-            "$1::TEXT IS NULL"
-        };
-        let cursor = if page.after.is_some() {
-            format!("name {after} $2")
-        } else {
-            "$2::TEXT IS NULL".to_owned()
-        };
         let rows = query(
             &conn,
-            &format!(
-                "SELECT {API_ENDPOINT_COLUMNS} FROM api_endpoints
-                 WHERE {tenant} AND {cursor} ORDER BY name {order} LIMIT $3"
-            ),
+            &page.sql(["$1::TEXT", "$2::TEXT", "$3"]),
             &[&page.tenant, &page.after, &i64::from(page.limit)],
         )
         .await?;
