@@ -449,7 +449,15 @@ mod tests {
             node: "n1".into(),
             at: base + Duration::from_millis(4_450),
         };
-        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[], &[restart.clone()]);
+        let v = check(
+            &[],
+            &[],
+            &got,
+            &HashMap::new(),
+            &limits,
+            &[],
+            std::slice::from_ref(&restart),
+        );
         assert!(v.over_rate.is_empty(), "{:?}", v.over_rate);
         // Without it, or with another node's restart, the same arrivals are too many.
         let v = check(&[], &[], &got, &HashMap::new(), &limits, &[], &[]);
