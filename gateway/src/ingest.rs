@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use metrics::Counter;
 
 use crate::clock::Clock;
 use crate::commit::{Committer, ToSchedule};
@@ -83,9 +84,18 @@ pub struct Ingestor {
     pub(crate) metrics: Metrics,
 }
 
+/// `evt_` and a new ULID in lowercase, in one allocation.
 pub fn new_event_id() -> String {
-    format!("evt_{}", ulid::Ulid::new().to_string().to_lowercase())
+    let mut ulid = [0u8; ulid::ULID_LEN];
+    let ulid = ulid::Ulid::new().array_to_str(&mut ulid);
+    ulid.make_ascii_lowercase();
+    let mut id = String::with_capacity(EVENT_ID_PREFIX.len() + ulid::ULID_LEN);
+    id.push_str(EVENT_ID_PREFIX);
+    id.push_str(ulid);
+    id
 }
+
+const EVENT_ID_PREFIX: &str = "evt_";
 
 impl Ingestor {
     /// Gives each event its id, receipt time and trace, and picks its endpoints: subscribed to
@@ -163,13 +173,17 @@ impl Ingestor {
         idempotency: Option<IdempotencyRecord>,
     ) -> Result<(Committed, ToSchedule), StoreError> {
         // One count per topic and commit, not one metric update per event.
-        let mut per_topic: Vec<(String, u64)> = Vec::new();
-        for item in &prepared.items {
-            match per_topic.iter_mut().find(|(t, _)| *t == item.event.topic) {
-                Some((_, n)) => *n += 1,
-                None => per_topic.push((item.event.topic.clone(), 1)),
+        let per_topic: Vec<(Counter, u64)> = {
+            let mut per_topic: Vec<(&str, u64)> = Vec::new();
+            for item in &prepared.items {
+                match per_topic.iter_mut().find(|(t, _)| *t == item.event.topic) {
+                    Some((_, n)) => *n += 1,
+                    None => per_topic.push((&item.event.topic, 1)),
+                }
             }
-        }
+            let counter = |(topic, n)| (self.metrics.events_ingested(topic), n);
+            per_topic.into_iter().map(counter).collect()
+        };
         let batch = IngestBatch {
             items: prepared.items,
             idempotency,
@@ -177,8 +191,8 @@ impl Ingestor {
         };
         match self.store.ingest(batch).await? {
             IngestOutcome::Committed(ready) => {
-                for (topic, n) in per_topic {
-                    self.metrics.events_ingested(&topic).increment(n);
+                for (counter, n) in per_topic {
+                    counter.increment(n);
                 }
                 Ok((Committed::Fresh, ToSchedule::Ready(ready)))
             }
@@ -283,5 +297,21 @@ impl Ingestor {
             None,
         );
         Some(self.clone().write(prepared, None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `evt_` and 26 lowercase Crockford base-32 characters, different each time.
+    #[test]
+    fn an_event_id_is_evt_and_a_lowercase_ulid() {
+        let (a, b) = (super::new_event_id(), super::new_event_id());
+        for id in [&a, &b] {
+            let ulid = id.strip_prefix("evt_").expect(id);
+            assert_eq!(ulid.len(), 26, "{id}");
+            assert!(ulid.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()), "{id}");
+            assert_eq!(ulid.to_ascii_uppercase().parse::<ulid::Ulid>().map(|_| ()), Ok(()));
+        }
+        assert_ne!(a, b);
     }
 }

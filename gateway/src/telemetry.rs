@@ -7,7 +7,8 @@
 //! format. A part that records on a hot path registers its handles once and keeps them (see
 //! `scheduler/meters.rs`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
@@ -33,6 +34,10 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Metrics {
     recorder: Arc<PrometheusRecorder>,
+    /// `hookgate_events_ingested_total` by topic, registered once per topic: registering
+    /// again on every commit built the key's labels anew (five allocations an event). Topics
+    /// come from the config, so this holds as many as the config has named since the start.
+    ingested: Arc<RwLock<HashMap<String, Counter>>>,
 }
 
 impl Default for Metrics {
@@ -57,6 +62,7 @@ impl Metrics {
             .expect("the bucket lists are not empty");
         Metrics {
             recorder: Arc::new(builder.build_recorder()),
+            ingested: Arc::default(),
         }
     }
 
@@ -111,7 +117,18 @@ impl Metrics {
 
     /// `hookgate_events_ingested_total{topic}`: events accepted and stored.
     pub fn events_ingested(&self, topic: &str) -> Counter {
-        self.counter("hookgate_events_ingested_total", vec![label("topic", topic)])
+        let known = self
+            .ingested
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(topic)
+            .cloned();
+        known.unwrap_or_else(|| {
+            let counter = self.counter("hookgate_events_ingested_total", vec![label("topic", topic)]);
+            let mut ingested = self.ingested.write().unwrap_or_else(|e| e.into_inner());
+            ingested.insert(topic.to_owned(), counter.clone());
+            counter
+        })
     }
 
     // --- delivery

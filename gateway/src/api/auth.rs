@@ -127,12 +127,13 @@ pub(super) async fn authenticate(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    let owned_path = request.uri().path().to_owned();
-    let path = owned_path.as_str();
+    let path = request.uri().path();
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
     if OPEN_PATHS.contains(&path)
-        || OPEN_PREFIXES
-            .iter()
-            .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+        || OPEN_PREFIXES.iter().any(|p| under(p))
         || (config.server.api_keys.is_empty()
             && !presented.is_some_and(|p| p.starts_with(CONSOLE_TOKEN_PREFIX)))
     {

@@ -138,13 +138,12 @@ fn unreadable(e: &(dyn std::error::Error + 'static)) -> ApiError {
 
 fn is_json(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|ct| {
-        let essence = ct
-            .split(';')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        essence == "application/json" || essence.ends_with("+json")
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        let ends_with = |suffix: &str| {
+            essence.len() >= suffix.len()
+                && essence.as_bytes()[essence.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+        };
+        essence.eq_ignore_ascii_case("application/json") || ends_with("+json")
     })
 }
 
@@ -762,7 +761,30 @@ async fn get_event(
 
 #[cfg(test)]
 mod tests {
-    use super::{BodyForm, json_depth, parse_body};
+    use super::{BodyForm, is_json, json_depth, parse_body};
+
+    #[test]
+    fn json_is_told_by_the_media_type_in_any_case_with_or_without_parameters() {
+        for json in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " application/cloudevents+JSON ;x=y",
+            "application/vnd.api+json",
+        ] {
+            assert!(is_json(Some(json)), "{json}");
+        }
+        for other in [
+            "text/plain",
+            "json",
+            "+jso",
+            "application/jsonx",
+            "",
+            "application/x-ndjson",
+        ] {
+            assert!(!is_json(Some(other)), "{other}");
+        }
+        assert!(!is_json(None));
+    }
 
     fn refusal(form: BodyForm, body: &str) -> (u16, &'static str) {
         let e = parse_body("t", form, body.as_bytes()).unwrap_err();
