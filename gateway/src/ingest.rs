@@ -309,8 +309,14 @@ mod tests {
         for id in [&a, &b] {
             let ulid = id.strip_prefix("evt_").expect(id);
             assert_eq!(ulid.len(), 26, "{id}");
-            assert!(ulid.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()), "{id}");
-            assert_eq!(ulid.to_ascii_uppercase().parse::<ulid::Ulid>().map(|_| ()), Ok(()));
+            assert!(
+                ulid.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()),
+                "{id}"
+            );
+            assert_eq!(
+                ulid.to_ascii_uppercase().parse::<ulid::Ulid>().map(|_| ()),
+                Ok(())
+            );
         }
         assert_ne!(a, b);
     }

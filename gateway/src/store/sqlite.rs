@@ -529,16 +529,29 @@ const DEAD_OF_ENDPOINT_SQL: &str =
     "SELECT id FROM deliveries WHERE endpoint = ?1 AND status = 'dead' ORDER BY id LIMIT ?2";
 const PENDING_COUNT_SQL: &str =
     "SELECT COUNT(*) FROM deliveries WHERE status = 'pending' AND (?1 IS NULL OR tenant = ?1)";
-const DEAD_COUNT_SQL: &str =
-    "SELECT COUNT(*) FROM deliveries WHERE status = 'dead' AND (?1 IS NULL OR tenant = ?1)";
-const SETTLED_IN_RANGE_SQL: &str =
+/// Pinned to the dead deliveries' index: `status = 'dead'` also satisfies the settled
+/// deliveries' condition (migration 12), and the planner would scan that larger index instead.
+const DEAD_COUNT_SQL: &str = "SELECT COUNT(*) FROM deliveries INDEXED BY deliveries_dead
+     WHERE status = 'dead' AND (?1 IS NULL OR tenant = ?1)";
+/// The condition of the settled deliveries' partial index (migration 12), written as the index
+/// writes it: SQLite reads a partial index only for a query that names its condition.
+macro_rules! settled {
+    () => {
+        "(status = 'succeeded' OR status = 'failed' OR status = 'dead')"
+    };
+}
+const SETTLED_IN_RANGE_SQL: &str = concat!(
     "SELECT COALESCE(SUM(status = 'succeeded'), 0), COALESCE(SUM(status <> 'succeeded'), 0)
      FROM deliveries
-     WHERE updated_at >= ?1 AND updated_at < ?2 AND status IN ('succeeded', 'failed', 'dead')
-       AND (?3 IS NULL OR tenant = ?3)";
-const SETTLED_BEFORE_SQL: &str =
-    "SELECT id FROM deliveries WHERE updated_at < ?1 AND status IN ('succeeded', 'failed', 'dead')
-     ORDER BY updated_at LIMIT ?2";
+     WHERE updated_at >= ?1 AND updated_at < ?2 AND ",
+    settled!(),
+    " AND (?3 IS NULL OR tenant = ?3)"
+);
+const SETTLED_BEFORE_SQL: &str = concat!(
+    "SELECT id FROM deliveries WHERE updated_at < ?1 AND ",
+    settled!(),
+    " ORDER BY updated_at LIMIT ?2"
+);
 const FAIL_PENDING_SQL: &str =
     "UPDATE deliveries SET status = ?2, next_attempt_at = NULL, last_error = ?3, updated_at = ?4
      WHERE endpoint = ?1 AND status = 'pending'";
@@ -2001,6 +2014,29 @@ mod tests {
             let plan = plan(&p);
             assert!(plan.contains("SEARCH") && plan.contains(index), "{p:?}: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{p:?}: {plan}");
+        }
+    }
+
+    /// Writing a delivery builds no temporary b-tree: the partial indexes' conditions are
+    /// tested with comparisons (migration 12), not with an `IN` list SQLite turns into a table.
+    #[test]
+    fn a_delivery_is_written_without_a_temporary_table() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::migrations::migrate(&mut conn).unwrap();
+        for sql in [
+            "INSERT INTO deliveries (event_seq, endpoint, status, round, attempt_count, next_attempt_at,
+                 created_at, updated_at, round_started_at) VALUES (1, 'e', 'pending', 1, 0, 1, 1, 1, 1)",
+            "UPDATE deliveries SET status = 'succeeded', updated_at = 2 WHERE id = 1",
+            "UPDATE deliveries SET attempt_count = 1, updated_at = 2 WHERE id = 1 AND status = 'pending'",
+        ] {
+            let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+            let ops: Vec<String> = stmt
+                .query_map([], |r| r.get::<_, String>(1))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert!(ops.iter().any(|op| op == "IdxInsert"), "{sql}: {ops:?}");
+            assert!(!ops.iter().any(|op| op == "OpenEphemeral"), "{sql}: {ops:?}");
         }
     }
 
