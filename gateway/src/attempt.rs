@@ -79,8 +79,10 @@ pub(crate) struct AttemptReport {
 
 impl AttemptReport {
     /// The attempt's record for the delivery log: attempt `n` of its round. A drop by the
-    /// transform sent nothing, so it has neither a status code nor an error.
-    pub(crate) fn record(&self, n: u32) -> Attempt {
+    /// transform sent nothing, so it has neither a status code nor an error. The headers and
+    /// body sent and received move into the record (copying them was a fifth of a delivery's
+    /// allocations); the report keeps an empty exchange.
+    pub(crate) fn take_record(&mut self, n: u32) -> Attempt {
         let duration_ms = self.duration.as_millis() as u64;
         match &self.result {
             AttemptResult::Sent(outcome) => Attempt::from_outcome(
@@ -88,7 +90,7 @@ impl AttemptReport {
                 self.started_at,
                 duration_ms,
                 outcome,
-                self.exchange.clone(),
+                std::mem::take(&mut self.exchange),
                 self.trace_id,
             ),
             AttemptResult::Dropped { .. } => Attempt {

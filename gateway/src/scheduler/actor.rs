@@ -650,7 +650,7 @@ impl Actor {
         let superseded = self.take_superseded(item);
         let carried = self.carried.remove(&item.id);
         let now = self.clock.now();
-        let (item, report, event) = match done {
+        let (item, mut report, event) = match done {
             Finished::Ran { item, report, event } => (item, report, event),
             Finished::Gone { item }
             | Finished::Unread { item }
@@ -692,7 +692,7 @@ impl Actor {
             }
         };
         let decision = self.decide(&item, &report, &event, now);
-        self.record(&item, &report, &decision, now);
+        self.record(&item, &mut report, &decision, now);
         let mut item = item;
         if carried {
             item.epoch = self.lane(&item.endpoint).epoch;
@@ -746,7 +746,7 @@ impl Actor {
     fn record(
         &mut self,
         item: &Item,
-        report: &AttemptReport,
+        report: &mut AttemptReport,
         decision: &lifecycle::Decision,
         now: Timestamp,
     ) {
@@ -760,7 +760,7 @@ impl Actor {
                 lane.metrics.delivery(decision.status.as_str());
             }
         }
-        let attempt = report.record(n);
+        let attempt = report.take_record(n);
         match &report.result {
             AttemptResult::Sent(Outcome::Failed { kind, status, .. }) => tracing::info!(
                 delivery = %item.id, endpoint = %item.endpoint, attempt = n, error_kind = %kind,
