@@ -365,6 +365,16 @@ mod tests {
         )])
     }
 
+    /// The rate's verdict alone: no acknowledged events, no paths to deliver to.
+    fn rate_check(
+        got: &[Seen],
+        limits: &HashMap<String, Limits>,
+        freezes: &[Freeze],
+        restarts: &[Restart],
+    ) -> Verdict {
+        check(&[], &[], got, &HashMap::new(), limits, freezes, restarts)
+    }
+
     #[test]
     fn the_rate_counts_for_the_whole_cluster_with_a_burst_per_handover() {
         let base = Instant::now();
@@ -373,7 +383,7 @@ mod tests {
         let ok: Vec<Seen> = (0..12)
             .map(|i| seen("/r", &format!("e{i}"), "n1", None, i, i * 400, base))
             .collect();
-        let v = check(&[], &[], &ok, &HashMap::new(), &limits, &[], &[]);
+        let v = rate_check(&ok, &limits, &[], &[]);
         assert!(v.over_rate.is_empty(), "{:?}", v.over_rate);
         // Two nodes at 2/s each at once: 20 in 5 s, too many even with handovers counted.
         let twice: Vec<Seen> = (0..20)
@@ -389,7 +399,7 @@ mod tests {
                 )
             })
             .collect();
-        let v = check(&[], &[], &twice, &HashMap::new(), &limits, &[], &[]);
+        let v = rate_check(&twice, &limits, &[], &[]);
         assert_eq!(v.over_rate.len(), 1, "{v:?}");
         assert!(v.most_in_window["/r"] > 14, "{v:?}");
     }
@@ -410,10 +420,10 @@ mod tests {
             at: base + Duration::from_millis(thawed_ms - 1_000),
             thawed: Some(base + Duration::from_millis(thawed_ms)),
         };
-        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[freeze(4_490)], &[]);
+        let v = rate_check(&got, &limits, &[freeze(4_490)], &[]);
         assert!(v.over_rate.is_empty(), "{:?}", v.over_rate);
         // Without the thaw, or with one long before the window, the same arrivals are too many.
-        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[], &[]);
+        let v = rate_check(&got, &limits, &[], &[]);
         assert_eq!(v.over_rate.len(), 1, "{v:?}");
         let got_later: Vec<Seen> = got
             .iter()
@@ -422,15 +432,7 @@ mod tests {
                 ..s.clone()
             })
             .collect();
-        let v = check(
-            &[],
-            &[],
-            &got_later,
-            &HashMap::new(),
-            &limits,
-            &[freeze(4_490)],
-            &[],
-        );
+        let v = rate_check(&got_later, &limits, &[freeze(4_490)], &[]);
         assert_eq!(v.over_rate.len(), 1, "{v:?}");
     }
 
@@ -449,24 +451,16 @@ mod tests {
             node: "n1".into(),
             at: base + Duration::from_millis(4_450),
         };
-        let v = check(
-            &[],
-            &[],
-            &got,
-            &HashMap::new(),
-            &limits,
-            &[],
-            std::slice::from_ref(&restart),
-        );
+        let v = rate_check(&got, &limits, &[], std::slice::from_ref(&restart));
         assert!(v.over_rate.is_empty(), "{:?}", v.over_rate);
         // Without it, or with another node's restart, the same arrivals are too many.
-        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[], &[]);
+        let v = rate_check(&got, &limits, &[], &[]);
         assert_eq!(v.over_rate.len(), 1, "{v:?}");
         let elsewhere = Restart {
             node: "n2".into(),
             ..restart
         };
-        let v = check(&[], &[], &got, &HashMap::new(), &limits, &[], &[elsewhere]);
+        let v = rate_check(&got, &limits, &[], &[elsewhere]);
         assert_eq!(v.over_rate.len(), 1, "{v:?}");
     }
 }
