@@ -84,6 +84,23 @@ pub(super) const FIRST_SCHEMA: &str = r#"
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
 /// add the next.
+/// The failed attempts by time: SQLite's migration 10 and PostgreSQL's 11, the same SQL.
+pub(super) const FAILED_ATTEMPTS_BY_TIME: &str = r#"
+    CREATE INDEX attempts_failed_by_time ON attempts (started_at) WHERE error_kind IS NOT NULL;
+    "#;
+
+/// The partial indexes of the deliveries' states: SQLite's migration 11 and PostgreSQL's 12,
+/// the same SQL (why: at SQLite's migration 11 below).
+pub(super) const PARTIAL_DELIVERY_INDEXES: &str = r#"
+    DROP INDEX deliveries_by_status;
+    DROP INDEX deliveries_by_update;
+    DROP INDEX deliveries_pending;
+    CREATE INDEX deliveries_pending ON deliveries (endpoint, id) WHERE status = 'pending';
+    CREATE INDEX deliveries_dead ON deliveries (endpoint, id) WHERE status = 'dead';
+    CREATE INDEX deliveries_settled ON deliveries (updated_at)
+        WHERE status IN ('succeeded', 'failed', 'dead');
+    "#;
+
 const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     FIRST_SCHEMA,
@@ -211,9 +228,7 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 10: the failed attempts by time, for the overview's count of them per minute and hour
     // (`activity`). Partial: a successful attempt adds nothing to it.
-    r#"
-    CREATE INDEX attempts_failed_by_time ON attempts (started_at) WHERE error_kind IS NOT NULL;
-    "#,
+    FAILED_ATTEMPTS_BY_TIME,
     // 11: fewer index entries per delivery. The indexes on `status` and on `updated_at` held
     // every delivery and moved on every outcome; the states that are looked up get partial
     // indexes on columns that do not change while a delivery is in them: the pending ones by
@@ -221,20 +236,12 @@ const MIGRATIONS: &[&str] = &[
     // nothing), the dead ones by endpoint (redrive, the backlog), the settled ones by when they
     // settled (the overview's charts, retention). A delivery enters the pending one when made
     // and leaves it, for the settled one, when it ends.
-    r#"
-    DROP INDEX deliveries_by_status;
-    DROP INDEX deliveries_by_update;
-    DROP INDEX deliveries_pending;
-    CREATE INDEX deliveries_pending ON deliveries (endpoint, id) WHERE status = 'pending';
-    CREATE INDEX deliveries_dead ON deliveries (endpoint, id) WHERE status = 'dead';
-    CREATE INDEX deliveries_settled ON deliveries (updated_at)
-        WHERE status IN ('succeeded', 'failed', 'dead');
-    "#,
+    PARTIAL_DELIVERY_INDEXES,
     // 12: the settled deliveries' index with its condition as three comparisons. Written as
     // `IN` of three values, SQLite built a temporary b-tree of them on every insert of a
     // delivery and every outcome (twice on an update) to test the row against the condition:
     // 24 of a delivery's allocations (scripts/count-allocations.sh). The queries that read the
-    // index name the same condition (`SETTLED` in sqlite.rs).
+    // index name the same condition (`settled!` in sqlite.rs).
     r#"
     DROP INDEX deliveries_settled;
     CREATE INDEX deliveries_settled ON deliveries (updated_at)

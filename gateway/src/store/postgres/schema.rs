@@ -4,6 +4,7 @@
 
 use tokio_postgres::Client;
 
+use crate::store::migrations::{FAILED_ATTEMPTS_BY_TIME, PARTIAL_DELIVERY_INDEXES};
 use crate::store::{StoreError, StoreResult};
 
 /// The advisory lock under which migrations run: one per schema.
@@ -224,22 +225,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX api_endpoints_by_tenant ON api_endpoints (tenant, name);
     "#,
     // 11: the failed attempts by time (as the SQLite store's migration 10), for the overview.
-    r#"
-    CREATE INDEX attempts_failed_by_time ON attempts (started_at) WHERE error_kind IS NOT NULL;
-    "#,
+    FAILED_ATTEMPTS_BY_TIME,
     // 12: fewer index entries per delivery (as the SQLite store's migration 11): the indexes
     // on `status` and on `updated_at` held every delivery and moved on every outcome; the
     // states that are looked up get partial indexes instead (pending by endpoint, dead by
-    // endpoint, settled by when they settled).
-    r#"
-    DROP INDEX deliveries_by_status;
-    DROP INDEX deliveries_by_update;
-    DROP INDEX deliveries_pending;
-    CREATE INDEX deliveries_pending ON deliveries (endpoint, id) WHERE status = 'pending';
-    CREATE INDEX deliveries_dead ON deliveries (endpoint, id) WHERE status = 'dead';
-    CREATE INDEX deliveries_settled ON deliveries (updated_at)
-        WHERE status IN ('succeeded', 'failed', 'dead');
-    "#,
+    // endpoint, settled by when they settled). PostgreSQL tests the `IN` without a temporary
+    // table, so it keeps this form (SQLite's migration 12 does not apply here).
+    PARTIAL_DELIVERY_INDEXES,
 ];
 
 /// The schema version this gateway writes.
