@@ -543,28 +543,38 @@ pub mod text_or_number {
 
     use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-    /// One such value.
-    struct Text(String);
+    /// One such value, for a key of its own type: `Option<Quantity>` reads as `Option<String>`
+    /// does (`as_deref`), and its schema is a string's.
+    #[derive(Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+    #[schemars(transparent)]
+    pub struct Quantity(pub String);
 
-    impl<'de> Deserialize<'de> for Text {
+    impl std::ops::Deref for Quantity {
+        type Target = str;
+        fn deref(&self) -> &str {
+            &self.0
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Quantity {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct Reader;
             impl Visitor<'_> for Reader {
-                type Value = Text;
+                type Value = Quantity;
                 fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                     f.write_str("text such as 30s or 256KiB")
                 }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
-                    Ok(Text(v.to_owned()))
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
+                    Ok(Quantity(v.to_owned()))
                 }
-                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Text, E> {
-                    Ok(Text(v.to_string()))
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
+                    Ok(Quantity(v.to_string()))
                 }
-                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
-                    Ok(Text(v.to_string()))
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
+                    Ok(Quantity(v.to_string()))
                 }
-                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
-                    Ok(Text(v.to_string()))
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+                    Ok(Quantity(v.to_string()))
                 }
             }
             d.deserialize_any(Reader)
@@ -573,12 +583,12 @@ pub mod text_or_number {
 
     /// For an `Option<String>` key.
     pub fn option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        Ok(Option::<Text>::deserialize(d)?.map(|t| t.0))
+        Ok(Option::<Quantity>::deserialize(d)?.map(|t| t.0))
     }
 
     /// For an `Option<Vec<String>>` key.
     pub fn option_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-        Ok(Option::<Vec<Text>>::deserialize(d)?.map(|list| list.into_iter().map(|t| t.0).collect()))
+        Ok(Option::<Vec<Quantity>>::deserialize(d)?.map(|list| list.into_iter().map(|t| t.0).collect()))
     }
 }
 

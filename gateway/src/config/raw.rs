@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::model::text_or_number;
+use crate::model::text_or_number::Quantity;
 use crate::policy::PolicySpec;
 
 /// The hookgate configuration file.
@@ -77,23 +77,19 @@ pub struct RawServer {
     /// `https://hooks.example.com`. Default: `http://` and the listen address.
     pub public_url: Option<String>,
     /// Largest accepted request body, e.g. `256KiB` (the default) or `1MiB`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub max_body: Option<String>,
+    pub max_body: Option<Quantity>,
     /// How long in-flight attempts may finish after SIGTERM/SIGINT, `0s` to `1h`. Default `10s`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub shutdown_grace: Option<String>,
+    pub shutdown_grace: Option<Quantity>,
     /// Ingestion requests per second allowed per API key (average, with a burst of the same
     /// size). None: unlimited.
     pub rate_limit_per_key: Option<u32>,
     /// How long a client may take to send a request's headers (and how long an idle
     /// keep-alive connection stays open); slower connections are closed, so that slow clients
     /// cannot hold connections open (slowloris). `100ms` to `1h`; default `10s`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub header_timeout: Option<String>,
+    pub header_timeout: Option<Quantity>,
     /// How long a client may take to send a request body once its headers are in; a slower
     /// body is refused with 408. `100ms` to `1h`; default `30s`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub body_timeout: Option<String>,
+    pub body_timeout: Option<Quantity>,
     /// Threads that run requests, attempts and the store's work (the scheduler has one more
     /// of its own), at most 256. Default: one per CPU this process may use. Several nodes on
     /// one machine: give each its share. Read at start only.
@@ -109,8 +105,7 @@ pub struct RawStorage {
     /// handled like a full disk: ingestion answers 503 `storage_unavailable` and nothing is
     /// written until there is room. Reloadable: raising it makes room without a restart.
     /// Default: no cap.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub max_size: Option<String>,
+    pub max_size: Option<Quantity>,
     /// A PostgreSQL database instead of the SQLite file, e.g.
     /// `postgres://hookgate:${PGPASSWORD}@db.internal/hookgate`. Read at start only.
     pub url: Option<String>,
@@ -137,8 +132,7 @@ pub struct RawCluster {
     /// dies, the others take its endpoints over within about this long plus a third of it.
     /// Renewed every third of it while the node runs. `1s` to `10m`; default `15s`. Read at
     /// start only.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub lease: Option<String>,
+    pub lease: Option<Quantity>,
     /// This node's id in `GET /v1/cluster` and the lease table (letters, digits, `.`, `_`,
     /// `-`; at most 64). Default: the host name and a random suffix, new at every start.
     pub node_id: Option<String>,
@@ -155,30 +149,24 @@ pub struct RawPlugins {
     /// name in `dir` overrides one). Default `true`; `false`: only the folder's files.
     pub bundled: Option<bool>,
     /// CPU time a plugin call may take, `10ms` to `1m`. Default `100ms`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub call_timeout: Option<String>,
+    pub call_timeout: Option<Quantity>,
     /// Wall-clock time a plugin call may take, sleeping, waiting and host calls included
     /// (never less than `call_timeout`), `10ms` to `10m`. Default `1s`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub call_wall_timeout: Option<String>,
+    pub call_wall_timeout: Option<Quantity>,
     /// Linear memory a plugin instance may grow to. Default `32MiB`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub memory: Option<String>,
+    pub memory: Option<Quantity>,
     /// Largest body + headers a plugin may return. Default `1MiB`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub max_output: Option<String>,
+    pub max_output: Option<Quantity>,
     /// Largest plugin file loaded; larger files are refused before they are compiled. Default
     /// `32MiB`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub max_file_size: Option<String>,
+    pub max_file_size: Option<Quantity>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawDelivery {
     /// Whole-request timeout of an attempt, `100ms` to `15m`. Default `10s`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub timeout: Option<String>,
+    pub timeout: Option<Quantity>,
     /// CIDRs exempt from the private-address block, e.g. `127.0.0.0/8`.
     #[serde(default)]
     pub allow_networks: Vec<String>,
@@ -202,13 +190,11 @@ pub struct RawHealth {
     /// Failed attempts in a row that make an active endpoint degraded. Default 5.
     pub degrade_after_failures: Option<u32>,
     /// Time without success before a degraded endpoint is paused, `1m` to `365d`. Default `3d`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub pause_after: Option<String>,
+    pub pause_after: Option<Quantity>,
     /// Failed attempts in a row also needed for the pause. Default 20.
     pub pause_min_failures: Option<u32>,
     /// Time without success before a paused endpoint is disabled, `1m` to `365d`. Default `7d`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub disable_after: Option<String>,
+    pub disable_after: Option<Quantity>,
     /// A topic on which every endpoint state change is published as an event
     /// (`hookgate.endpoint.degraded`, `.paused`, `.disabled`, `.reenabled`, `.recovered`).
     /// The topic exists implicitly; subscribe an endpoint to it to route alerts.
@@ -216,22 +202,18 @@ pub struct RawHealth {
     /// An ordered endpoint's key whose oldest waiting event has waited this long behind a
     /// failing head is reported once per head (`hookgate.ordering.key_blocked` on the operator
     /// topic, and a warning in the log), `1m` to `30d`. Default `15m`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub key_blocked_after: Option<String>,
+    pub key_blocked_after: Option<Quantity>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRetention {
     /// How long finished deliveries and their attempts are kept, `1h` to `3650d`. Default `30d`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub deliveries: Option<String>,
+    pub deliveries: Option<Quantity>,
     /// How long events are kept, `7d` (the window replay needs) to `3650d`. Default `30d`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub events: Option<String>,
+    pub events: Option<Quantity>,
     /// How long ingestion idempotency keys are kept, `1m` to `30d`. Default `24h`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub idempotency: Option<String>,
+    pub idempotency: Option<Quantity>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -300,8 +282,7 @@ pub struct RawEndpoint {
     /// Attempts in flight at once to this endpoint.
     pub max_in_flight: Option<u32>,
     /// Per-endpoint attempt timeout, overriding `delivery.timeout`; `100ms` to `15m`.
-    #[serde(default, deserialize_with = "text_or_number::option")]
-    pub timeout: Option<String>,
+    pub timeout: Option<Quantity>,
     /// Deliver events with the same `ordering_key` strictly one after another.
     #[serde(default)]
     pub ordered: bool,
