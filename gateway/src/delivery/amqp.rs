@@ -21,10 +21,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::broker::{
-    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
-    known_query_keys,
+    About, Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    opened,
 };
-use super::masked::masked_url;
 use super::{OutgoingMessage, UrlError};
 
 /// The longest exchange name or routing key AMQP carries (a short string).
@@ -43,10 +42,7 @@ pub struct AmqpTarget {
 
 impl BrokerTarget for AmqpTarget {
     fn parse(url: &url::Url) -> Result<AmqpTarget, UrlError> {
-        let shown = masked_url(url);
-        let tls = url.scheme() == "amqps";
-        let server = BrokerAddress::from_url(url, tls, if tls { 5671 } else { 5672 })?;
-        known_query_keys(url, &["exchange", "routing_key"])?;
+        let (server, shown) = opened(url, "amqps", [5672, 5671], &["exchange", "routing_key"])?;
         let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
         let exchange = query.get("exchange").cloned().unwrap_or_default();
         let routing_key = query.get("routing_key").cloned().unwrap_or_default();
@@ -76,16 +72,8 @@ impl BrokerTarget for AmqpTarget {
         })
     }
 
-    fn kind(&self) -> &'static str {
-        "amqp"
-    }
-
-    fn server(&self) -> &BrokerAddress {
-        &self.server
-    }
-
-    fn shown(&self) -> &str {
-        &self.shown
+    fn about(&self) -> About<'_> {
+        About::new("amqp", &self.server, &self.shown).into("exchange", &self.exchange)
     }
 
     /// `exchange shop, routing key orders`, or `default exchange, routing key jobs`.

@@ -77,14 +77,14 @@ impl Destination {
 
     /// The transport's name as the API shows it: `http`, `nats`, `amqp`, `redis` or `mqtt`.
     pub fn kind(&self) -> &'static str {
-        self.broker().map_or("http", BrokerTarget::kind)
+        self.broker().map_or("http", |t| t.about().kind)
     }
 
     /// The host the transport connects to, as written (an IP literal keeps its brackets).
     pub fn host(&self) -> Option<&str> {
         match self.broker() {
             None => self.http().and_then(|t| t.url.host()),
-            Some(t) => Some(&t.server().host),
+            Some(t) => Some(&t.about().server.host),
         }
     }
 
@@ -120,7 +120,7 @@ impl Destination {
     pub fn masked(&self) -> String {
         match self.broker() {
             None => self.http().map(HttpTarget::masked).unwrap_or_default(),
-            Some(t) => t.shown().to_owned(),
+            Some(t) => t.about().shown.to_owned(),
         }
     }
 }
@@ -234,5 +234,27 @@ mod tests {
             target("amqp://h/?routing_key=jobs").unwrap(),
             "default exchange, routing key jobs"
         );
+    }
+
+    #[test]
+    fn each_scheme_has_its_ports_and_traces_name_the_system() {
+        for (url, tls, port, messaging) in [
+            ("nats://h/a.b", false, 4222, ("nats", "a.b")),
+            ("tls://h/a.b", true, 4222, ("nats", "a.b")),
+            ("amqp://h/?exchange=shop&routing_key=k", false, 5672, ("rabbitmq", "shop")),
+            ("amqps://h/?routing_key=k", true, 5671, ("rabbitmq", "amq.default")),
+            ("redis://h/?stream=s", false, 6379, ("redis", "s")),
+            ("rediss://h/?stream=s", true, 6379, ("redis", "s")),
+            ("mqtt://h/a/b", false, 1883, ("mqtt", "a/b")),
+            ("mqtts://h/a/b", true, 8883, ("mqtt", "a/b")),
+        ] {
+            let d = Destination::parse(url).unwrap();
+            let about = d.broker().unwrap().about();
+            assert_eq!((about.server.tls, about.server.port), (tls, port), "{url}");
+            assert_eq!(d.host(), Some("h"), "{url}");
+            assert_eq!(d.messaging(), Some(messaging), "{url}");
+        }
+        let refused = Destination::parse("mqtt://h/a/b?qos=2").unwrap_err();
+        assert!(refused.to_string().contains("qos"), "{refused}");
     }
 }

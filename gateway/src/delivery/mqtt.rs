@@ -21,10 +21,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::broker::{
-    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
-    known_query_keys,
+    About, Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    opened,
 };
-use super::masked::masked_url;
 use super::{OutgoingMessage, UrlError};
 
 /// Publishes queued in the client at once, beyond which an attempt fails instead of waiting.
@@ -40,10 +39,7 @@ pub struct MqttTarget {
 
 impl BrokerTarget for MqttTarget {
     fn parse(url: &url::Url) -> Result<MqttTarget, UrlError> {
-        let shown = masked_url(url);
-        let tls = url.scheme() == "mqtts";
-        let server = BrokerAddress::from_url(url, tls, if tls { 8883 } else { 1883 })?;
-        known_query_keys(url, &[])?;
+        let (server, shown) = opened(url, "mqtts", [1883, 8883], &[])?;
         let topic = decoded_path(url)?;
         if topic.is_empty() {
             return Err(UrlError::Target(format!(
@@ -58,24 +54,8 @@ impl BrokerTarget for MqttTarget {
         Ok(MqttTarget { server, topic, shown })
     }
 
-    fn kind(&self) -> &'static str {
-        "mqtt"
-    }
-
-    fn server(&self) -> &BrokerAddress {
-        &self.server
-    }
-
-    fn shown(&self) -> &str {
-        &self.shown
-    }
-
-    fn describe(&self) -> String {
-        format!("topic {}", self.topic)
-    }
-
-    fn messaging(&self) -> (&'static str, &str) {
-        ("mqtt", &self.topic)
+    fn about(&self) -> About<'_> {
+        About::new("mqtt", &self.server, &self.shown).into("topic", &self.topic)
     }
 }
 

@@ -14,10 +14,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::broker::{
-    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
-    known_query_keys,
+    About, Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    opened,
 };
-use super::masked::masked_url;
 use super::{OutgoingMessage, UrlError};
 
 /// A JetStream subject on a NATS server.
@@ -30,10 +29,7 @@ pub struct NatsTarget {
 
 impl BrokerTarget for NatsTarget {
     fn parse(url: &url::Url) -> Result<NatsTarget, UrlError> {
-        let shown = masked_url(url);
-        let tls = url.scheme() == "tls";
-        let server = BrokerAddress::from_url(url, tls, 4222)?;
-        known_query_keys(url, &[])?;
+        let (server, shown) = opened(url, "tls", [4222, 4222], &[])?;
         let subject = decoded_path(url)?;
         if subject.is_empty() {
             return Err(UrlError::Target(format!(
@@ -56,24 +52,8 @@ impl BrokerTarget for NatsTarget {
         })
     }
 
-    fn kind(&self) -> &'static str {
-        "nats"
-    }
-
-    fn server(&self) -> &BrokerAddress {
-        &self.server
-    }
-
-    fn shown(&self) -> &str {
-        &self.shown
-    }
-
-    fn describe(&self) -> String {
-        format!("subject {}", self.subject)
-    }
-
-    fn messaging(&self) -> (&'static str, &str) {
-        ("nats", &self.subject)
+    fn about(&self) -> About<'_> {
+        About::new("nats", &self.server, &self.shown).into("subject", &self.subject)
     }
 }
 

@@ -13,10 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::time::Instant;
 
 use super::broker::{
-    Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
-    known_query_keys,
+    About, Answer, Broker, BrokerAddress, BrokerTarget, Dialer, Failure, Live, decoded_path, header_pairs,
+    opened,
 };
-use super::masked::masked_url;
 use super::{OutgoingMessage, UrlError};
 
 /// A stream on a Redis server.
@@ -32,10 +31,7 @@ pub struct RedisTarget {
 
 impl BrokerTarget for RedisTarget {
     fn parse(url: &url::Url) -> Result<RedisTarget, UrlError> {
-        let shown = masked_url(url);
-        let tls = url.scheme() == "rediss";
-        let server = BrokerAddress::from_url(url, tls, 6379)?;
-        known_query_keys(url, &["stream", "maxlen"])?;
+        let (server, shown) = opened(url, "rediss", [6379, 6379], &["stream", "maxlen"])?;
         let path = decoded_path(url)?;
         let db = match path.trim_end_matches('/') {
             "" => 0,
@@ -67,24 +63,8 @@ impl BrokerTarget for RedisTarget {
         })
     }
 
-    fn kind(&self) -> &'static str {
-        "redis"
-    }
-
-    fn server(&self) -> &BrokerAddress {
-        &self.server
-    }
-
-    fn shown(&self) -> &str {
-        &self.shown
-    }
-
-    fn describe(&self) -> String {
-        format!("stream {}", self.stream)
-    }
-
-    fn messaging(&self) -> (&'static str, &str) {
-        ("redis", &self.stream)
+    fn about(&self) -> About<'_> {
+        About::new("redis", &self.server, &self.shown).into("stream", &self.stream)
     }
 }
 

@@ -7,7 +7,7 @@ use std::fmt;
 use crate::model::Secret;
 
 use super::super::UrlError;
-use super::super::masked::masked_text;
+use super::super::masked::{masked_text, masked_url};
 
 /// `text` as a broker URL: one with a host and without a `#fragment`.
 pub(in crate::delivery) fn broker_url(text: &str) -> Result<url::Url, UrlError> {
@@ -22,6 +22,21 @@ pub(in crate::delivery) fn broker_url(text: &str) -> Result<url::Url, UrlError> 
         return Err(UrlError::Fragment(masked_text(text)));
     }
     Ok(url)
+}
+
+/// What every broker kind reads first from its `url`: the broker's address (TLS when the
+/// scheme is `tls_scheme`, the port of `ports` for plain or TLS when the URL names none) and
+/// the URL as shown, with its credentials masked; and a refusal of query keys not in `keys`.
+pub(in crate::delivery) fn opened(
+    url: &url::Url,
+    tls_scheme: &str,
+    [plain, secure]: [u16; 2],
+    keys: &[&str],
+) -> Result<(BrokerAddress, String), UrlError> {
+    let tls = url.scheme() == tls_scheme;
+    let server = BrokerAddress::from_url(url, tls, if tls { secure } else { plain })?;
+    known_query_keys(url, keys)?;
+    Ok((server, masked_url(url)))
 }
 
 /// A broker's address and credentials, from a URL's authority. Endpoints with the same
@@ -105,7 +120,7 @@ pub(in crate::delivery) fn decoded_path(url: &url::Url) -> Result<String, UrlErr
 
 /// Refuses query keys a kind does not know, so that a typo is a config error, not a silent
 /// default.
-pub(in crate::delivery) fn known_query_keys(url: &url::Url, known: &[&str]) -> Result<(), UrlError> {
+fn known_query_keys(url: &url::Url, known: &[&str]) -> Result<(), UrlError> {
     for (key, _) in url.query_pairs() {
         if !known.contains(&key.as_ref()) {
             return Err(UrlError::UnknownQueryKey {

@@ -19,7 +19,7 @@ use http::HeaderMap;
 use tokio::time::Instant;
 
 pub use self::address::BrokerAddress;
-pub(super) use self::address::{broker_url, decoded_path, known_query_keys};
+pub(super) use self::address::{broker_url, decoded_path, opened};
 pub(super) use self::dial::Dialer;
 use self::links::Links;
 pub(super) use self::links::{Failure, Live};
@@ -72,15 +72,47 @@ pub(super) trait BrokerTarget {
     fn parse(url: &url::Url) -> Result<Self, super::UrlError>
     where
         Self: Sized;
-    /// The transport's name as the API shows it: `nats`, `amqp`, `redis`, `mqtt`.
-    fn kind(&self) -> &'static str;
-    fn server(&self) -> &BrokerAddress;
-    /// The URL with its credentials masked.
-    fn shown(&self) -> &str;
+    /// What every broker target has to show.
+    fn about(&self) -> About<'_>;
     /// What the broker puts the message into, for people: `subject orders.created`.
-    fn describe(&self) -> String;
+    fn describe(&self) -> String {
+        let (what, name) = self.about().into;
+        format!("{what} {name}")
+    }
     /// OpenTelemetry's `messaging.system` and the destination's name.
-    fn messaging(&self) -> (&'static str, &str);
+    fn messaging(&self) -> (&'static str, &str) {
+        let about = self.about();
+        (about.kind, about.into.1)
+    }
+}
+
+/// What a broker target shows of itself ([`BrokerTarget::about`]).
+pub(super) struct About<'a> {
+    /// The transport's name as the API shows it: `nats`, `amqp`, `redis`, `mqtt`.
+    pub kind: &'static str,
+    pub server: &'a BrokerAddress,
+    /// The URL with its credentials masked.
+    pub shown: &'a str,
+    /// What the message goes into and its name: `("subject", "orders.created")`.
+    pub into: (&'static str, &'a str),
+}
+
+impl<'a> About<'a> {
+    pub(super) fn new(kind: &'static str, server: &'a BrokerAddress, shown: &'a str) -> Self {
+        About {
+            kind,
+            server,
+            shown,
+            into: ("", ""),
+        }
+    }
+
+    pub(super) fn into(self, what: &'static str, name: &'a str) -> Self {
+        About {
+            into: (what, name),
+            ..self
+        }
+    }
 }
 
 /// Sends to the targets of one broker kind over one connection per [`Broker::Key`].
