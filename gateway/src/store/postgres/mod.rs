@@ -186,6 +186,17 @@ impl PgStore {
         self.commit_seconds.record(started.elapsed().as_secs_f64());
         Ok(())
     }
+
+    /// Deletes the row of `table` whose `column` is `key`; [`StoreError::NotFound`] names it as
+    /// `what` when there is none. (`table` and `column` are the caller's literals.)
+    async fn delete_row(&self, table: &str, column: &str, key: &str, what: &str) -> StoreResult<()> {
+        let conn = self.conn().await?;
+        let sql = format!("DELETE FROM {table} WHERE {column} = $1");
+        if execute(&conn, &sql, &[&key]).await? == 0 {
+            return Err(StoreError::NotFound(format!("{what} `{key}`")));
+        }
+        Ok(())
+    }
 }
 
 /// Unless the URL says otherwise, a connection whose peer stopped answering (a network
@@ -1576,12 +1587,7 @@ impl Store for PgStore {
     }
 
     async fn delete_application(&self, id: &str) -> StoreResult<()> {
-        let conn = self.conn().await?;
-        let removed = execute(&conn, "DELETE FROM applications WHERE id = $1", &[&id]).await?;
-        if removed == 0 {
-            return Err(StoreError::NotFound(format!("application `{id}`")));
-        }
-        Ok(())
+        self.delete_row("applications", "id", id, "application").await
     }
 
     async fn event_types(
@@ -1668,12 +1674,7 @@ impl Store for PgStore {
     }
 
     async fn delete_event_type(&self, name: &str) -> StoreResult<()> {
-        let conn = self.conn().await?;
-        let removed = execute(&conn, "DELETE FROM event_types WHERE name = $1", &[&name]).await?;
-        if removed == 0 {
-            return Err(StoreError::NotFound(format!("event type `{name}`")));
-        }
-        Ok(())
+        self.delete_row("event_types", "name", name, "event type").await
     }
 
     async fn save_idempotency(&self, r: IdempotencyRecord) -> StoreResult<()> {
