@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Splits a `perf report --stdio --sort comm,dso,sym -F overhead,comm,dso,sym` of the gateway
+into what the code is, and turns each share into microseconds per delivery.
+
+    profile-classify.py REPORT --cpu-us US --deliveries N [--case NAME]
+
+`--cpu-us` is the gateway's CPU time over the sampled window (all threads), `--deliveries` the
+deliveries the sink received in it. Used by scripts/profile-cpu.sh (BENCHMARKS.md, "Where each
+microsecond goes").
+"""
+
+import argparse
+import re
+import sys
+from collections import defaultdict
+
+LINE = re.compile(r"^\s*([\d.]+)%\s+(\S+)\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
+
+KERNEL = [
+    ("kernel: loopback TCP (send, receive, sockets)",
+     r"tcp|^ip_|^ipv6|skb|sock|inet|^__dev|loopback|^net_|netif|napi|^nf_|^sk_|^__sys_(send|recv)|"
+     r"copy_(to|from)_user|_copy_|csum|^__x64_sys_(sendto|recvfrom|write|read|writev|readv)$|"
+     r"^do_(sys_)?(read|write)|^(vfs|ksys|new_sync)_(read|write)|sendmsg|recvmsg|^release_sock|^lock_sock"),
+    ("kernel: files and fsync",
+     r"ext4|jbd2|^blk|fsync|iomap|filemap|folio|^bio|nvme|^submit_bio|^generic_perform_write|"
+     r"^file_|pwrite|pread|fdatasync"),
+    ("kernel: wake-ups, futexes, epoll, scheduling",
+     r"futex|schedule|switch|wake|epoll|^ep_|hrtimer|^irq|idle|rcu|select_task|enqueue|dequeue|"
+     r"update_(curr|load|cfs)|pick_next|psi_|^finish_task|^try_to_wake|ttwu|timerqueue|^__x64_sys_(futex|epoll)"),
+    ("kernel: memory (page faults, mmap)", r"page_fault|^handle_mm|^do_anonymous|alloc_pages|clear_page|"
+     r"memcg|^__mmap|munmap|madvise|^zap_|^unmap|^exc_page|lru|^mm_"),
+]
+
+# Rust crate (first path segment) → bucket.
+CRATES = {
+    "hyper": "HTTP: hyper, http, httparse",
+    "hyper_util": "HTTP: hyper, http, httparse",
+    "http": "HTTP: hyper, http, httparse",
+    "httparse": "HTTP: hyper, http, httparse",
+    "http_body_util": "HTTP: hyper, http, httparse",
+    "h2": "HTTP: hyper, http, httparse",
+    "axum": "axum and tower (routing, layers)",
+    "axum_core": "axum and tower (routing, layers)",
+    "tower": "axum and tower (routing, layers)",
+    "tower_http": "axum and tower (routing, layers)",
+    "tokio": "tokio (tasks, timers, I/O driver)",
+    "mio": "tokio (tasks, timers, I/O driver)",
+    "serde_json": "JSON (serde_json)",
+    "serde": "JSON (serde_json)",
+    "sha2": "signing (HMAC-SHA-256, base64)",
+    "hmac": "signing (HMAC-SHA-256, base64)",
+    "base64": "signing (HMAC-SHA-256, base64)",
+    "digest": "signing (HMAC-SHA-256, base64)",
+    "rusqlite": "SQLite",
+    "wasmtime": "plugins: wasmtime host side",
+    "wasmtime_environ": "plugins: wasmtime host side",
+    "wasmtime_wasi": "plugins: wasmtime host side",
+    "wasmtime_internal_fiber": "plugins: wasmtime host side",
+    "cranelift_codegen": "plugins: wasmtime host side",
+    "tracing": "tracing and metrics",
+    "tracing_core": "tracing and metrics",
+    "tracing_subscriber": "tracing and metrics",
+    "metrics": "tracing and metrics",
+    "opentelemetry": "tracing and metrics",
+    "ulid": "hookgate: ids",
+    "hashbrown": "hash maps (hashbrown, SipHash)",
+    "foldhash": "hash maps (hashbrown, SipHash)",
+    "bytes": "buffers (bytes, memcpy)",
+    "parking_lot": "locks (parking_lot, std)",
+    "parking_lot_core": "locks (parking_lot, std)",
+    "crossbeam_channel": "channels (crossbeam, tokio)",
+    "flume": "channels (crossbeam, tokio)",
+}
+
+
+def bucket(thread, dso, kind, sym):
+    if kind == "k":
+        for name, pattern in KERNEL:
+            if re.search(pattern, sym):
+                return name
+        return "kernel: other (syscall entry, accounting)"
+    if dso.startswith("[JIT]") or dso.startswith("[unknown]") or sym.startswith("0x0"):
+        return "plugins: guest code (compiled wasm)"
+    if re.match(r"_?mi_|malloc|^free$|^cfree|realloc|^_int_|calloc|__rust_(alloc|dealloc|realloc)|"
+                r"alloc::alloc|unlink_chunk|__libc_(malloc|free)", sym):
+        return "allocator (mimalloc)"
+    if re.match(r"__mem(cpy|move|set|cmp)|mem(cpy|move|set|cmp)|__strlen|strlen|__nss", sym):
+        return "buffers (bytes, memcpy)"
+    if "::" not in sym:
+        if sym.startswith("sqlite3") or thread.startswith("hookgate-writ") or thread.startswith("hookgate-sync"):
+            return "SQLite"
+        if re.match(r"pthread|__lll|__futex|syscall|epoll|__GI|__libc|_IO|clock_gettime|__vdso", sym):
+            return "libc (syscall stubs, clocks, locks)"
+        # SQLite's static functions (btree, pager, VDBE, WAL) carry no prefix.
+        if re.match(r"(btree|pager|vdbe|wal|pcache|balance|memjrnl|sqlite|yy|exprAnalyze|whereLoop|"
+                    r"moveToChild|getAndInitPage|insertCell|fillInCell|dropCell|cellSize|decodeFlags|"
+                    r"accessPayload|computeCellSize|pageFindSlot|rebuildPage|editPage|releasePage|"
+                    r"allocateSpace|freeSpace|defragmentPage|getPageNormal|pagerStress|syncJournal|"
+                    r"robust_|unix|posix|memdb|findCell|compare|serialGet|vdbeRecord|moveto|"
+                    r"columnMem|statAccum|whereScan|sqlite3)", sym, re.I):
+            return "SQLite"
+        return "other native code"
+    m = re.search(r"hookgate::(\w+)", sym)
+    if m:
+        return "hookgate: " + m.group(1)
+    crates = re.findall(r"(?:^|[<\s&(*])([a-z_][a-z0-9_]*)::", sym)
+    for crate in crates:
+        if crate in CRATES:
+            return CRATES[crate]
+    for crate in crates:
+        if crate not in ("core", "alloc", "std", "impl", "dyn", "mut", "const"):
+            return "other crates: " + crate
+    return "Rust std, core, alloc (generic code)"
+
+
+def thread_of(comm):
+    if comm.startswith("hookgate-writ"):
+        return "store writer thread"
+    if comm.startswith("hookgate-sync"):
+        return "store syncer thread (fsync)"
+    if comm.startswith("hookgate-sch"):
+        return "scheduler thread"
+    if comm.startswith("tokio"):
+        return "tokio workers and blocking threads"
+    return "other threads: " + comm
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("report")
+    ap.add_argument("--cpu-us", type=float, required=True)
+    ap.add_argument("--deliveries", type=int, required=True)
+    ap.add_argument("--case", default="")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    per = args.cpu_us / max(args.deliveries, 1)
+    buckets, threads, syms = defaultdict(float), defaultdict(float), defaultdict(float)
+    total = 0.0
+    for line in open(args.report, errors="replace"):
+        if line.startswith("#"):
+            continue
+        m = LINE.match(line)
+        if not m:
+            continue
+        share, comm, dso, kind, sym = float(m[1]), m[2], m[3], m[4], m[5]
+        total += share
+        buckets[bucket(comm, dso, kind, sym)] += share
+        threads[thread_of(comm)] += share
+        syms[f"{sym[:90]} [{comm}]"] += share
+    scale = 100.0 / total if total else 0.0
+    print(f"## {args.case}: {per:.1f} µs of gateway CPU per delivery "
+          f"({args.cpu_us / 1e6:.2f} s over {args.deliveries} deliveries; {total:.1f}% of samples read)")
+    for title, table in (("by thread", threads), ("by what the code is", buckets)):
+        print(f"\n| {title} | share | µs per delivery |\n|---|---:|---:|")
+        for name, share in sorted(table.items(), key=lambda kv: -kv[1]):
+            s = share * scale
+            print(f"| {name} | {s:.1f} % | {s * per / 100:.1f} |")
+    print(f"\n| top symbols | share | µs |\n|---|---:|---:|")
+    for name, share in sorted(syms.items(), key=lambda kv: -kv[1])[: args.top]:
+        s = share * scale
+        print(f"| `{name}` | {s:.2f} % | {s * per / 100:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
