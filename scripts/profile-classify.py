@@ -2,10 +2,14 @@
 """Splits a `perf report --stdio --sort comm,dso,sym -F overhead,comm,dso,sym` of the gateway
 into what the code is, and turns each share into microseconds per delivery.
 
-    profile-classify.py REPORT --cpu-us US --deliveries N [--case NAME]
+    profile-classify.py REPORT --cpu-us US --deliveries N [--case NAME] [--per-delivery US]
+    profile-classify.py REPORT --per-delivery US --minus OTHER-REPORT --minus-per-delivery US
 
 `--cpu-us` is the gateway's CPU time over the sampled window (all threads), `--deliveries` the
-deliveries the sink received in it. Used by scripts/profile-cpu.sh (BENCHMARKS.md, "Where each
+deliveries the sink received in it. Sampling makes the gateway slower (perf's interrupts):
+`--per-delivery` gives the CPU per delivery measured without it, which the shares are then
+applied to. `--minus` prints, by what the code is, how much more one case costs per delivery
+than another. Used by scripts/profile-cpu.sh (BENCHMARKS.md, "Where each
 microsecond goes").
 """
 
@@ -14,7 +18,8 @@ import re
 import sys
 from collections import defaultdict
 
-LINE = re.compile(r"^\s*([\d.]+)%\s+(\S+)\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
+# Columns are two or more spaces apart; a thread name or a DSO (`[JIT] tid 42`) may hold one.
+LINE = re.compile(r"^\s*([\d.]+)%\s{2,}(.+?)\s{2,}(.+?)\s{2,}\[(.)\]\s+(.*?)\s*$")
 
 KERNEL = [
     ("kernel: loopback TCP (send, receive, sockets)",
@@ -125,40 +130,63 @@ def thread_of(comm):
     return "other threads: " + comm
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("report")
-    ap.add_argument("--cpu-us", type=float, required=True)
-    ap.add_argument("--deliveries", type=int, required=True)
-    ap.add_argument("--case", default="")
-    ap.add_argument("--top", type=int, default=25)
-    args = ap.parse_args()
-    per = args.cpu_us / max(args.deliveries, 1)
+def read(path):
+    """The report's shares by thread, by bucket and by symbol, as fractions of the process."""
     buckets, threads, syms = defaultdict(float), defaultdict(float), defaultdict(float)
     total = 0.0
-    for line in open(args.report, errors="replace"):
-        if line.startswith("#"):
-            continue
+    for line in open(path, errors="replace"):
         m = LINE.match(line)
-        if not m:
+        if line.startswith("#") or not m:
             continue
         share, comm, dso, kind, sym = float(m[1]), m[2], m[3], m[4], m[5]
         total += share
         buckets[bucket(comm, dso, kind, sym)] += share
         threads[thread_of(comm)] += share
         syms[f"{sym[:90]} [{comm}]"] += share
-    scale = 100.0 / total if total else 0.0
-    print(f"## {args.case}: {per:.1f} µs of gateway CPU per delivery "
-          f"({args.cpu_us / 1e6:.2f} s over {args.deliveries} deliveries; {total:.1f}% of samples read)")
-    for title, table in (("by thread", threads), ("by what the code is", buckets)):
-        print(f"\n| {title} | share | µs per delivery |\n|---|---:|---:|")
-        for name, share in sorted(table.items(), key=lambda kv: -kv[1]):
-            s = share * scale
-            print(f"| {name} | {s:.1f} % | {s * per / 100:.1f} |")
-    print(f"\n| top symbols | share | µs |\n|---|---:|---:|")
-    for name, share in sorted(syms.items(), key=lambda kv: -kv[1])[: args.top]:
-        s = share * scale
-        print(f"| `{name}` | {s:.2f} % | {s * per / 100:.2f} |")
+    for table in (buckets, threads, syms):
+        for key in table:
+            table[key] /= total
+    return total, buckets, threads, syms
+
+
+def table(title, rows, per, limit=None):
+    print(f"\n| {title} | share | µs per delivery |\n|---|---:|---:|")
+    for name, share in sorted(rows.items(), key=lambda kv: -kv[1])[:limit]:
+        print(f"| {name} | {share * 100:.1f} % | {share * per:.1f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("report")
+    ap.add_argument("--cpu-us", type=float)
+    ap.add_argument("--deliveries", type=int)
+    ap.add_argument("--per-delivery", type=float)
+    ap.add_argument("--case", default="")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--minus")
+    ap.add_argument("--minus-per-delivery", type=float)
+    args = ap.parse_args()
+    total, buckets, threads, syms = read(args.report)
+    if args.minus:
+        _, other, _, _ = read(args.minus)
+        per, base = args.per_delivery, args.minus_per_delivery
+        print(f"| what the code is | {args.case or 'this'} µs | other µs | more per delivery |\n|---|---:|---:|---:|")
+        names = set(buckets) | set(other)
+        rows = sorted(names, key=lambda n: -(buckets.get(n, 0) * per - other.get(n, 0) * base))
+        for name in rows:
+            a, b = buckets.get(name, 0) * per, other.get(name, 0) * base
+            if abs(a - b) >= 0.5:
+                print(f"| {name} | {a:.1f} | {b:.1f} | {a - b:+.1f} |")
+        print(f"| all | {per:.1f} | {base:.1f} | {per - base:+.1f} |")
+        return
+    sampled = args.cpu_us / max(args.deliveries, 1)
+    per = args.per_delivery or sampled
+    print(f"## {args.case}: {per:.1f} µs of gateway CPU per delivery"
+          + (f" unsampled, {sampled:.1f} µs sampled" if args.per_delivery else "")
+          + f" ({args.cpu_us / 1e6:.2f} s over {args.deliveries} deliveries; the gateway is {total:.1f} % of the samples)")
+    table("by thread", threads, per)
+    table("by what the code is", buckets, per)
+    table("top symbols", syms, per, args.top)
 
 
 if __name__ == "__main__":
