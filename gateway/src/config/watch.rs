@@ -99,7 +99,7 @@ impl ConfigWatcher {
                 self.stamp = now;
                 continue;
             }
-            let due = ticks % recheck_every == 0;
+            let due = ticks.is_multiple_of(recheck_every);
             if now.is_some() && (self.moved_since_read() || due) && self.changed() {
                 on_change().await;
             }

@@ -241,8 +241,18 @@ mod tests {
         for (url, tls, port, messaging) in [
             ("nats://h/a.b", false, 4222, ("nats", "a.b")),
             ("tls://h/a.b", true, 4222, ("nats", "a.b")),
-            ("amqp://h/?exchange=shop&routing_key=k", false, 5672, ("rabbitmq", "shop")),
-            ("amqps://h/?routing_key=k", true, 5671, ("rabbitmq", "amq.default")),
+            (
+                "amqp://h/?exchange=shop&routing_key=k",
+                false,
+                5672,
+                ("rabbitmq", "shop"),
+            ),
+            (
+                "amqps://h/?routing_key=k",
+                true,
+                5671,
+                ("rabbitmq", "amq.default"),
+            ),
             ("redis://h/?stream=s", false, 6379, ("redis", "s")),
             ("rediss://h/?stream=s", true, 6379, ("redis", "s")),
             ("mqtt://h/a/b", false, 1883, ("mqtt", "a/b")),
