@@ -73,7 +73,11 @@ impl BrokerTarget for AmqpTarget {
     }
 
     fn about(&self) -> About<'_> {
-        About::new("amqp", &self.server, &self.shown).into("exchange", &self.exchange)
+        let exchange = match self.exchange.as_str() {
+            "" => "amq.default",
+            exchange => exchange,
+        };
+        About::new("amqp", &self.server, &self.shown).goes_to("exchange", exchange)
     }
 
     /// `exchange shop, routing key orders`, or `default exchange, routing key jobs`.
@@ -85,11 +89,9 @@ impl BrokerTarget for AmqpTarget {
         }
     }
 
+    /// RabbitMQ is the system OpenTelemetry names for AMQP 0-9-1.
     fn messaging(&self) -> (&'static str, &str) {
-        match self.exchange.as_str() {
-            "" => ("rabbitmq", "amq.default"),
-            exchange => ("rabbitmq", exchange),
-        }
+        ("rabbitmq", self.about().goes_to.1)
     }
 }
 

@@ -55,7 +55,7 @@ impl BrokerTarget for MqttTarget {
     }
 
     fn about(&self) -> About<'_> {
-        About::new("mqtt", &self.server, &self.shown).into("topic", &self.topic)
+        About::new("mqtt", &self.server, &self.shown).goes_to("topic", &self.topic)
     }
 }
 

@@ -53,7 +53,7 @@ impl BrokerTarget for NatsTarget {
     }
 
     fn about(&self) -> About<'_> {
-        About::new("nats", &self.server, &self.shown).into("subject", &self.subject)
+        About::new("nats", &self.server, &self.shown).goes_to("subject", &self.subject)
     }
 }
 

@@ -64,7 +64,7 @@ impl BrokerTarget for RedisTarget {
     }
 
     fn about(&self) -> About<'_> {
-        About::new("redis", &self.server, &self.shown).into("stream", &self.stream)
+        About::new("redis", &self.server, &self.shown).goes_to("stream", &self.stream)
     }
 }
 

@@ -76,13 +76,13 @@ pub(super) trait BrokerTarget {
     fn about(&self) -> About<'_>;
     /// What the broker puts the message into, for people: `subject orders.created`.
     fn describe(&self) -> String {
-        let (what, name) = self.about().into;
+        let (what, name) = self.about().goes_to;
         format!("{what} {name}")
     }
     /// OpenTelemetry's `messaging.system` and the destination's name.
     fn messaging(&self) -> (&'static str, &str) {
         let about = self.about();
-        (about.kind, about.into.1)
+        (about.kind, about.goes_to.1)
     }
 }
 
@@ -94,7 +94,7 @@ pub(super) struct About<'a> {
     /// The URL with its credentials masked.
     pub shown: &'a str,
     /// What the message goes into and its name: `("subject", "orders.created")`.
-    pub into: (&'static str, &'a str),
+    pub goes_to: (&'static str, &'a str),
 }
 
 impl<'a> About<'a> {
@@ -103,13 +103,13 @@ impl<'a> About<'a> {
             kind,
             server,
             shown,
-            into: ("", ""),
+            goes_to: ("", ""),
         }
     }
 
-    pub(super) fn into(self, what: &'static str, name: &'a str) -> Self {
+    pub(super) fn goes_to(self, what: &'static str, name: &'a str) -> Self {
         About {
-            into: (what, name),
+            goes_to: (what, name),
             ..self
         }
     }
