@@ -82,8 +82,6 @@ pub(super) const FIRST_SCHEMA: &str = r#"
     CREATE INDEX idempotency_by_time ON idempotency (created_at);
     "#;
 
-/// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
-/// add the next.
 /// The failed attempts by time: SQLite's migration 10 and PostgreSQL's 11, the same SQL.
 pub(super) const FAILED_ATTEMPTS_BY_TIME: &str = r#"
     CREATE INDEX attempts_failed_by_time ON attempts (started_at) WHERE error_kind IS NOT NULL;
@@ -101,6 +99,8 @@ pub(super) const PARTIAL_DELIVERY_INDEXES: &str = r#"
         WHERE status IN ('succeeded', 'failed', 'dead');
     "#;
 
+/// Migration `i` brings the schema from version `i` to `i + 1`. Never edit a released one:
+/// add the next.
 const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     FIRST_SCHEMA,
