@@ -545,7 +545,7 @@ pub mod text_or_number {
 
     /// One such value, for a key of its own type: `Option<Quantity>` reads as `Option<String>`
     /// does (`as_deref`), and its schema is a string's.
-    #[derive(Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+    #[derive(Debug, schemars::JsonSchema)]
     #[schemars(transparent)]
     pub struct Quantity(pub String);
 

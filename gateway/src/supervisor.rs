@@ -552,18 +552,14 @@ fn spawn_background(
     bindings.review(Announce::All);
     tasks.spawn(bindings.on_plugin_changes(shutdown.child_token()));
     if watch_config && let Some(path) = parts.config.load().source.clone() {
-        match config::watch::ConfigWatcher::start(path) {
-            Ok(watcher) => {
-                let reloader = parts.reloader();
-                tasks.spawn(watcher.run(shutdown.child_token(), move || {
-                    let reloader = reloader.clone();
-                    async move {
-                        reloader.reload_from_file().await;
-                    }
-                }));
+        let watcher = config::watch::ConfigWatcher::start(path);
+        let reloader = parts.reloader();
+        tasks.spawn(watcher.run(shutdown.child_token(), move || {
+            let reloader = reloader.clone();
+            async move {
+                reloader.reload_from_file().await;
             }
-            Err(e) => tracing::warn!(error = %e, "cannot watch the config file; reload with SIGHUP"),
-        }
+        }));
     }
 }
 

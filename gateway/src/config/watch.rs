@@ -53,28 +53,23 @@ pub struct ConfigWatcher {
     path: PathBuf,
     /// The stamp at the last poll.
     stamp: Option<Stamp>,
-    /// The stamp when the content was last read, and the content's hash then.
+    /// The stamp when the content was last read.
     read_at: Option<Stamp>,
+    /// The content's hash when it was last read.
     last: Option<[u8; 32]>,
 }
 
 impl ConfigWatcher {
-    /// Starts watching `path`, a file's path.
-    pub fn start(path: PathBuf) -> std::io::Result<ConfigWatcher> {
-        if path.file_name().is_none() {
-            return Err(std::io::Error::other(format!(
-                "`{}` is not a file path",
-                path.display()
-            )));
-        }
+    /// Starts watching the file at `path`.
+    pub fn start(path: PathBuf) -> ConfigWatcher {
         tracing::info!(path = %path.display(), "watching the config file for changes");
         let now = stamp(&path);
-        Ok(ConfigWatcher {
+        ConfigWatcher {
             stamp: now,
             read_at: now,
             last: content_hash(&path),
             path,
-        })
+        }
     }
 
     /// Calls `on_change` after each settled change of the file's content, until `shutdown`.
@@ -136,7 +131,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hookgate.yaml");
         std::fs::write(&path, content).unwrap();
-        let watcher = ConfigWatcher::start(path.clone()).unwrap();
+        let watcher = ConfigWatcher::start(path.clone());
         let (seen, stop) = (Arc::new(AtomicUsize::new(0)), CancellationToken::new());
         let counter = seen.clone();
         tokio::spawn(watcher.run(stop.clone(), move || {
