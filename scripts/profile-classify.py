@@ -92,17 +92,17 @@ def bucket(thread, dso, kind, sym):
     if re.match(r"__mem(cpy|move|set|cmp)|mem(cpy|move|set|cmp)|__strlen|strlen|__nss", sym):
         return "buffers (bytes, memcpy)"
     if "::" not in sym:
-        if sym.startswith("sqlite3") or thread.startswith("hookgate-writ") or thread.startswith("hookgate-sync"):
-            return "SQLite"
         if re.match(r"pthread|__lll|__futex|syscall|epoll|__GI|__libc|_IO|clock_gettime|__vdso", sym):
             return "libc (syscall stubs, clocks, locks)"
-        # SQLite's static functions (btree, pager, VDBE, WAL) carry no prefix.
-        if re.match(r"(btree|pager|vdbe|wal|pcache|balance|memjrnl|sqlite|yy|exprAnalyze|whereLoop|"
-                    r"moveToChild|getAndInitPage|insertCell|fillInCell|dropCell|cellSize|decodeFlags|"
-                    r"accessPayload|computeCellSize|pageFindSlot|rebuildPage|editPage|releasePage|"
-                    r"allocateSpace|freeSpace|defragmentPage|getPageNormal|pagerStress|syncJournal|"
-                    r"robust_|unix|posix|memdb|findCell|compare|serialGet|vdbeRecord|moveto|"
-                    r"columnMem|statAccum|whereScan|sqlite3)", sym, re.I):
+        # SQLite's functions: `sqlite3…`, and its static ones (btree, pager, VDBE, WAL) without a
+        # prefix. On the store's threads, any other native code is SQLite's too.
+        if thread.startswith(("hookgate-writ", "hookgate-sync")) or re.match(
+                r"(btree|pager|vdbe|wal|pcache|balance|memjrnl|sqlite|yy|exprAnalyze|whereLoop|"
+                r"moveToChild|getAndInitPage|insertCell|fillInCell|dropCell|cellSize|decodeFlags|"
+                r"accessPayload|computeCellSize|pageFindSlot|rebuildPage|editPage|releasePage|"
+                r"allocateSpace|freeSpace|defragmentPage|getPageNormal|pagerStress|syncJournal|"
+                r"robust_|unix|posix|memdb|findCell|compare|serialGet|vdbeRecord|moveto|"
+                r"columnMem|statAccum|whereScan)", sym, re.I):
             return "SQLite"
         return "other native code"
     m = re.search(r"hookgate::(\w+)", sym)
@@ -116,6 +116,26 @@ def bucket(thread, dso, kind, sym):
         if crate not in ("core", "alloc", "std", "impl", "dyn", "mut", "const"):
             return "other crates: " + crate
     return "Rust std, core, alloc (generic code)"
+
+
+# The buckets summed into the parts BENCHMARKS tabulates, first match wins.
+PARTS = [
+    ("kernel: wake-ups, context switches, interrupts", ("kernel: wake", "kernel: other", "kernel: memory")),
+    ("kernel: loopback TCP", ("kernel: loopback",)),
+    ("kernel: WAL writes and fsync", ("kernel: files",)),
+    ("SQLite", ("SQLite",)),
+    ("allocator", ("allocator",)),
+    ("copies", ("buffers",)),
+    ("hyper, tokio, axum", ("HTTP", "tokio", "axum")),
+    ("plugin calls (wasmtime host, guest, glue)", ("plugins", "hookgate: plugins")),
+    ("hookgate's own code", ("hookgate:",)),
+    ("JSON, signing, tracing, metrics, hash maps, locks", ("JSON", "signing", "tracing", "hash", "locks")),
+    ("generic Rust, libc, other crates", ("",)),
+]
+
+
+def part_of(bucket_name):
+    return next(name for name, prefixes in PARTS if bucket_name.startswith(prefixes))
 
 
 def thread_of(comm):
@@ -184,6 +204,10 @@ def main():
     print(f"## {args.case}: {per:.1f} µs of gateway CPU per delivery"
           + (f" unsampled, {sampled:.1f} µs sampled" if args.per_delivery else "")
           + f" ({args.cpu_us / 1e6:.2f} s over {args.deliveries} deliveries; the gateway is {total:.1f} % of the samples)")
+    parts = defaultdict(float)
+    for name, share in buckets.items():
+        parts[part_of(name)] += share
+    table("by part", parts, per)
     table("by thread", threads, per)
     table("by what the code is", buckets, per)
     table("top symbols", syms, per, args.top)
